@@ -1,0 +1,59 @@
+"""A loaded target model: static config, params pytree, tokenizer and stop tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from .config import CheckpointError, ModelConfig, read_json
+from .tokenizer import encode_prompt, load_tokenizer
+from .weights import load_weights
+
+
+@dataclass(eq=False)
+class Target:
+    cfg: ModelConfig
+    params: dict
+    tokenizer: PreTrainedTokenizerBase
+    path: Path
+    dtype: str
+    eos_ids: tuple[int, ...]
+    name: str = field(default="")
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights one forward streams (the tied embedding counted once, as the LM head)."""
+        return sum(x.nbytes for x in jax.tree.leaves(self.params))
+
+    def encode(self, prompt: str, raw: bool = False) -> np.ndarray:
+        return encode_prompt(self.tokenizer, prompt, raw)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def token_texts(self, ids) -> list[str]:
+        """Each token's own text (special tokens kept), for token-level views."""
+        return [self.tokenizer.decode([int(i)]) for i in ids]
+
+
+def _eos_ids(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen = path / "generation_config.json"
+    if path.is_dir() and gen.is_file():
+        eos = read_json(gen).get("eos_token_id")
+        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return tuple(sorted(ids))
+
+
+def load_target(path: str | Path | None = None, dtype: str = "float32") -> Target:
+    """Load a target: a HF directory, a .gguf file, or (None) the embedded SmolLM2-135M-Instruct."""
+    cfg, params, resolved = load_weights(path, dtype)
+    tokenizer = load_tokenizer(resolved)
+    if len(tokenizer) > cfg.vocab_size:
+        raise CheckpointError(f"tokenizer has {len(tokenizer)} tokens but the model only {cfg.vocab_size}")
+    name = resolved.stem if resolved.suffix == ".gguf" else resolved.name
+    return Target(cfg, params, tokenizer, resolved, dtype, _eos_ids(resolved, tokenizer), name)
