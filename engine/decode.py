@@ -56,15 +56,17 @@ def verify_block(params, cache, block, start, n_drafted, key, temperature, top_p
     return (n_acc, bonus, p, top_ids, top_p_vals), feats, cache
 
 
-def prefill(target: Target, cache: dict, ids: np.ndarray, capture: tuple[int, ...]):
-    """Run ids through the target in fixed-size chunks; yields (features, n_valid, cache) per chunk."""
+def prefill(target: Target, cache: dict, ids: np.ndarray, capture: tuple[int, ...]) -> tuple[dict, list]:
+    """Run ids through the target in fixed-size chunks: (cache, [(features, n_valid) per chunk])."""
+    chunks = []
     for lo in range(0, len(ids), PREFILL_CHUNK):
         chunk = ids[lo:lo + PREFILL_CHUNK]
         padded = np.zeros((1, PREFILL_CHUNK), np.int32)
         padded[0, :len(chunk)] = chunk
         _, feats, cache = forward(target.params, cache, jnp.asarray(padded), jnp.asarray([lo], jnp.int32),
                                   cfg=target.cfg, capture=capture, with_logits=False)
-        yield feats, len(chunk), cache
+        chunks.append((feats, len(chunk)))
+    return cache, chunks
 
 
 def cache_len_for(n_prompt: int, max_new_tokens: int, block: int) -> int:
@@ -113,7 +115,8 @@ def decode(target: Target, prompt: str, drafter: Drafter | None = None, max_new_
     cache = init_cache(target.cfg, 1, max_len, target.params["embed"].dtype)
     capture, greedy = tuple(drafter.feature_layers), temperature == 0.0
     state = drafter.start(ids, max_len)
-    for feats, n, cache in prefill(target, cache, ids[:-1], capture):
+    cache, chunks = prefill(target, cache, ids[:-1], capture)
+    for feats, n in chunks:
         state = drafter.extend(state, feats, n)
     jax.block_until_ready(cache)
     t_decode = time.perf_counter()

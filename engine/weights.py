@@ -10,8 +10,8 @@ Norm weights stay float32; matrices and the embedding take the requested dtype.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import jax.numpy as jnp

@@ -1,0 +1,87 @@
+"""Command-line generation with any drafter, optionally checked against the `ar` baseline.
+
+    python -m engine.generate --prompt "..." --drafter ngram --k 8 --max-new-tokens 128 [--json]
+    python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import CheckpointError
+from .decode import GenerationError, generate
+from .drafters import DrafterError, load_drafter
+from .target import load_target
+
+
+def read_prompts(args) -> list[dict]:
+    """[{"prompt": ..., "id"?: ...}] from --prompt or a JSONL --prompt-file."""
+    if args.prompt is not None:
+        return [{"prompt": args.prompt}]
+    rows = []
+    with open(args.prompt_file) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                row = json.loads(line)
+                if not isinstance(row, dict) or "prompt" not in row:
+                    raise GenerationError(f"{args.prompt_file}:{n}: each line must be an object with a 'prompt' field")
+                rows.append(row)
+    return rows
+
+
+def result_json(row: dict, result, lossless: bool | None) -> dict:
+    out = {"text": result.text, "token_ids": result.token_ids, **result.stats,
+           "steps": [{k: getattr(s, k) for k in ("drafted", "accepted", "bonus", "draft_ms", "verify_ms")}
+                     for s in result.steps]}
+    if "id" in row:
+        out = {"id": row["id"], **out}
+    if lossless is not None:
+        out["lossless"] = lossless
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file")
+    ap.add_argument("--drafter", default="ngram")
+    ap.add_argument("--k", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--raw", action="store_true", help="no chat template")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--check-lossless", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        target = load_target(a.target, a.dtype)
+        drafter = load_drafter(a.drafter, target, k=a.k)
+        baseline = load_drafter("ar", target) if a.check_lossless else None
+        kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw)
+        for row in read_prompts(a):
+            result = generate(target, row["prompt"], drafter=drafter, **kw)
+            lossless = None
+            if baseline is not None:
+                lossless = generate(target, row["prompt"], drafter=baseline, **kw).token_ids == result.token_ids
+            if a.json:
+                print(json.dumps(result_json(row, result, lossless)), flush=True)
+            else:
+                s = result.stats
+                acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.3f}"
+                print(f"{result.text}\n--- {drafter.name} K={drafter.k}: tau {s['tau']:.2f}, acceptance {acc}, "
+                      f"{s['tok_per_s']:.1f} tok/s, {s['n_generated']} tokens in {s['wall_s']:.2f} s"
+                      + ("" if lossless is None else f", lossless {lossless}"), flush=True)
+    except (GenerationError, CheckpointError, DrafterError, OSError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""K-Flat: the target's verify latency and a drafter's draft latency as functions of K.
+
+    python -m engine.kflat --ks 1,2,4,8,16,32,64,128 --context 256 [--drafter NAME] [--json]
+A row per K: {k, verify_ms, draft_ms}. verify_ms times the engine's own step (target forward over
+a block of K drafted tokens + the anchor at `context`, acceptance, top-5) after warm-up, blocking
+on the result; draft_ms times one `propose` of the drafter at that K (None without a drafter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .cache import init_cache
+from .decode import cache_len_for, verify_block
+from .drafters import load_drafter
+from .target import Target, load_target
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up (compiles)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def verify_ms(target: Target, k: int, context: int, max_len: int, repeats: int = 5) -> float:
+    """Median wall time of one greedy verify step over K drafted tokens at a context length."""
+    cache = init_cache(target.cfg, 1, max_len, target.params["embed"].dtype)
+    block = jnp.ones((1, k + 1), jnp.int32)
+    args = (jnp.asarray([context], jnp.int32), jnp.asarray([k], jnp.int32), jax.random.PRNGKey(0),
+            jnp.float32(1.0), jnp.float32(1.0))
+    state = {"cache": cache}
+
+    def step():
+        out, _, state["cache"] = verify_block(target.params, state["cache"], block, *args, cfg=target.cfg,
+                                              capture=(), greedy=True)
+        jax.block_until_ready(out)
+    return _median_ms(step, repeats)
+
+
+def draft_ms(target: Target, drafter, context: int, max_len: int, repeats: int = 5) -> float:
+    """Median wall time of one propose() after a context of `context` tokens."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, target.cfg.vocab_size, context + 1).astype(np.int32)
+    state = drafter.start(tokens, max_len)
+    if drafter.feature_layers:
+        feats = jnp.zeros((len(drafter.feature_layers), 1, context, target.cfg.hidden_size), jnp.float32)
+        state = drafter.extend(state, feats, context)
+    token_list = tokens.tolist()
+    return _median_ms(lambda: jax.block_until_ready(drafter.propose(state, token_list)[0].ids), repeats)
+
+
+def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str | None = None,
+                  repeats: int = 5) -> list[dict]:
+    """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies."""
+    max_len = cache_len_for(context, 0, max(ks) + 1)
+    rows = []
+    for k in ks:
+        row = {"k": k, "verify_ms": verify_ms(target, k, context, max_len, repeats), "draft_ms": None}
+        if drafter_name and drafter_name != "ar":
+            row["draft_ms"] = draft_ms(target, load_drafter(drafter_name, target, k=k), context, max_len, repeats)
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ks", default="1,2,4,8,16,32,64,128")
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--drafter", default=None)
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    target = load_target(a.target, a.dtype)
+    ks = [int(x) for x in a.ks.split(",")]
+    for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats):
+        if a.json:
+            print(json.dumps(row), flush=True)
+        else:
+            d = "" if row["draft_ms"] is None else f"  draft {row['draft_ms']:8.2f} ms"
+            print(f"K={row['k']:5d}  verify {row['verify_ms']:8.2f} ms{d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""draftscope storage: the DuckDB history of runs, steps, K-flatness sweeps and annotations."""
+
+from .export import export_annotations
+from .history import DEFAULT_PATH, SCHEMA_VERSION, History, HistoryError, open_history
+
+__all__ = ["DEFAULT_PATH", "SCHEMA_VERSION", "History", "HistoryError", "export_annotations", "open_history"]

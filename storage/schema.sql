@@ -1,0 +1,176 @@
+-- draftscope history schema (DuckDB 2.x).
+--
+-- The file is split into numbered migrations and one views section. history.py applies every
+-- migration newer than meta.schema_version, in order, in ONE transaction, then (re)creates the
+-- views. A migration, once released, is never edited: change the schema by appending a new one.
+-- Views are recreated whenever their text changes (meta.views_sha), so they may be edited freely.
+-- All timestamps are UTC. Names follow the engine's records: drafted, accepted, bonus, p, q, tau...
+
+-- migration 1: runs, steps, kflat
+CREATE TABLE meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR
+);
+
+CREATE TABLE runs (
+    run_id             VARCHAR PRIMARY KEY,   -- uuidv7 text: sorts by creation time
+    created_at         TIMESTAMP NOT NULL,
+    status             VARCHAR NOT NULL CHECK (status IN ('done', 'cancelled')),
+    source             VARCHAR,               -- 'app' | 'bench' | 'cli' | ...
+    -- settings
+    target             VARCHAR,
+    target_path        VARCHAR,
+    dtype              VARCHAR,
+    drafter            VARCHAR,
+    drafter_checkpoint VARCHAR,
+    k                  INTEGER,
+    temperature        DOUBLE,
+    top_p              DOUBLE,
+    seed               BIGINT,
+    max_new_tokens     INTEGER,
+    backend            VARCHAR,
+    device_kind        VARCHAR,
+    versions           VARCHAR,               -- JSON object text
+    -- prompt
+    prompt             VARCHAR,
+    prompt_ids         INTEGER[],
+    suite              VARCHAR,
+    prompt_id          VARCHAR,
+    category           VARCHAR,
+    -- stats
+    wall_s             DOUBLE,
+    prefill_ms         DOUBLE,
+    decode_s           DOUBLE,
+    draft_ms           DOUBLE,
+    verify_ms          DOUBLE,
+    tau                DOUBLE,
+    acceptance_rate    DOUBLE,
+    tok_per_s          DOUBLE,
+    n_steps            INTEGER,
+    n_generated        INTEGER,
+    n_prompt           INTEGER,
+    drafted            INTEGER,
+    accepted           INTEGER,
+    compiles           INTEGER,
+    stop_reason        VARCHAR,
+    -- output
+    text               VARCHAR,
+    token_ids          INTEGER[],
+    lossless           BOOLEAN,               -- NULL: not checked
+    comparison_group   VARCHAR,
+    extra              VARCHAR                -- JSON: {"stats": {}, "settings": {}, "meta": {}} keys unknown here
+);
+
+CREATE TABLE steps (
+    run_id       VARCHAR NOT NULL,
+    idx          INTEGER NOT NULL,            -- StepTrace.index
+    position     INTEGER NOT NULL,            -- absolute position of the block's anchor token
+    drafted      INTEGER[] NOT NULL,
+    accepted     INTEGER NOT NULL,
+    bonus        INTEGER,
+    p            DOUBLE[],
+    q            DOUBLE[],
+    top5_ids     INTEGER[][],
+    top5_p       DOUBLE[][],
+    emitted      INTEGER[] NOT NULL,
+    draft_ms     DOUBLE,
+    verify_ms    DOUBLE,
+    drafted_text VARCHAR[],
+    bonus_text   VARCHAR,
+    top5_text    VARCHAR[][],
+    PRIMARY KEY (run_id, idx)
+);
+
+CREATE TABLE kflat (
+    sweep_id   VARCHAR NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    hardware   VARCHAR NOT NULL,              -- e.g. 'cpu: AMD EPYC 2 cores', 'gpu: NVIDIA H200'
+    backend    VARCHAR,
+    model      VARCHAR,
+    dtype      VARCHAR,
+    context    INTEGER NOT NULL,
+    k          INTEGER NOT NULL,
+    verify_ms  DOUBLE,
+    draft_ms   DOUBLE,
+    drafter    VARCHAR,
+    extra      VARCHAR                        -- JSON of any other row keys
+);
+
+-- migration 2: annotations and the editable label list
+CREATE SEQUENCE annotation_id_seq START 1;
+
+CREATE TABLE labels (
+    name       VARCHAR PRIMARY KEY,
+    created_at TIMESTAMP NOT NULL
+);
+
+INSERT INTO labels VALUES
+    ('format/whitespace', TIMESTAMP '2000-01-01 00:00:01'),
+    ('number',            TIMESTAMP '2000-01-01 00:00:02'),
+    ('code-syntax',       TIMESTAMP '2000-01-01 00:00:03'),
+    ('paraphrase',        TIMESTAMP '2000-01-01 00:00:04'),
+    ('long-range',        TIMESTAMP '2000-01-01 00:00:05'),
+    ('other',             TIMESTAMP '2000-01-01 00:00:06');
+
+CREATE TABLE annotations (
+    annotation_id BIGINT PRIMARY KEY DEFAULT nextval('annotation_id_seq'),
+    run_id        VARCHAR NOT NULL,
+    step_idx      INTEGER NOT NULL,           -- steps.idx
+    draft_pos     INTEGER NOT NULL,           -- 0-based index into steps.drafted
+    label         VARCHAR NOT NULL,
+    note          VARCHAR NOT NULL DEFAULT '',
+    created_at    TIMESTAMP NOT NULL,
+    updated_at    TIMESTAMP NOT NULL
+);
+
+-- views
+-- One row per run: the columns a run list shows, plus its number of annotations.
+CREATE OR REPLACE VIEW run_summary AS
+SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.prompt_id, r.category,
+       r.target, r.dtype, r.drafter, r.k, r.temperature, r.top_p, r.seed, r.backend, r.device_kind,
+       r.n_steps, r.n_generated, r.drafted, r.accepted, r.tau, r.acceptance_rate, r.tok_per_s,
+       r.wall_s, r.prefill_ms, r.decode_s, r.stop_reason, r.lossless, r.comparison_group,
+       left(r.prompt, 80) AS prompt_preview,
+       coalesce(a.n_annotations, 0) AS n_annotations
+FROM runs r
+LEFT JOIN (SELECT run_id, count(*) AS n_annotations FROM annotations GROUP BY run_id) a USING (run_id);
+
+-- Per draft position i (1-based within the block): how far blocks survive.
+-- n_steps: steps that drafted >= i tokens; n_reached: of those, steps with accepted >= i-1 (token i was
+-- reached); n_accepted: steps with accepted >= i. survival = n_accepted / n_steps;
+-- conditional_acceptance = n_accepted / n_reached = P(accept i | accepted i-1).
+CREATE OR REPLACE VIEW position_acceptance AS
+WITH per_pos AS (
+    SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted,
+           unnest(range(1, len(s.drafted) + 1)) AS i
+    FROM steps s JOIN runs r USING (run_id)
+)
+SELECT target, drafter, suite, k, temperature, i,
+       count(*) AS n_steps,
+       count(*) FILTER (WHERE accepted >= i - 1) AS n_reached,
+       count(*) FILTER (WHERE accepted >= i) AS n_accepted,
+       count(*) FILTER (WHERE accepted >= i) / count(*) AS survival,
+       count(*) FILTER (WHERE accepted >= i) / nullif(count(*) FILTER (WHERE accepted >= i - 1), 0)
+           AS conditional_acceptance
+FROM per_pos
+GROUP BY target, drafter, suite, k, temperature, i;
+
+-- Finished runs ('done') compared per target, suite, drafter, k and temperature.
+-- tau, tok_per_s: means over runs; acceptance_rate: pooled sum(accepted) / sum(drafted).
+CREATE OR REPLACE VIEW drafter_comparison AS
+SELECT target, suite, drafter, k, temperature,
+       count(*) AS n_runs,
+       avg(tau) AS tau,
+       stddev_samp(tau) AS tau_std,
+       sum(accepted) / nullif(sum(drafted), 0) AS acceptance_rate,
+       avg(tok_per_s) AS tok_per_s,
+       sum(n_generated) AS n_generated
+FROM runs
+WHERE status = 'done'
+GROUP BY target, suite, drafter, k, temperature;
+
+-- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
+CREATE OR REPLACE VIEW acceptance_lengths AS
+SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
+FROM steps s JOIN runs r USING (run_id)
+GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
