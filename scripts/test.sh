@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up .venv with the development extras (and Debian chromium for the browser test), then run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: browser tests will skip"
+  else
+    echo "chromium missing and not root: browser tests will skip"
+  fi
+fi
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,164 @@
+"""The decoding loop on the embedded model: lossless drafters, traces, statistics, compile counts, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from engine import (
+    CheckpointError,
+    DrafterError,
+    GenerationError,
+    StepTrace,
+    compile_count,
+    generate,
+    load_drafter,
+    load_target,
+    stream,
+)
+from tests.prompts import LOSSLESS_PROMPTS
+
+MAX_NEW = 40
+
+
+@pytest.fixture(scope="module")
+def ar_outputs(target):
+    ar = load_drafter("ar", target)
+    return [generate(target, p, drafter=ar, max_new_tokens=MAX_NEW).token_ids for p in LOSSLESS_PROMPTS]
+
+
+@pytest.mark.parametrize("k", [3, 8])
+def test_ngram_greedy_is_lossless_on_20_prompts(target, ar_outputs, k):
+    drafter = load_drafter("ngram", target, k=k)
+    for prompt, expected in zip(LOSSLESS_PROMPTS, ar_outputs, strict=True):
+        assert generate(target, prompt, drafter=drafter, max_new_tokens=MAX_NEW).token_ids == expected, prompt
+
+
+def test_trace_records_are_consistent(target):
+    drafter = load_drafter("ngram", target, k=4)
+    prompt = "Repeat after me: one two three, one two three, one two three."
+    gen = stream(target, prompt, drafter=drafter, max_new_tokens=30)
+    steps = []
+    while True:
+        try:
+            steps.append(next(gen))
+        except StopIteration as done:
+            result = done.value
+            break
+    assert steps == result.steps and all(isinstance(s, StepTrace) for s in steps)
+    assert [t for s in steps for t in s.emitted] == result.token_ids
+    assert any(s.accepted > 0 for s in steps), "a repetitive prompt should get some n-gram drafts accepted"
+    for s in steps:
+        assert 0 <= s.accepted <= len(s.drafted) <= 4
+        assert len(s.p) == len(s.q) == len(s.drafted) == len(s.drafted_text)
+        assert len(s.top5_ids) == len(s.top5_p) == len(s.drafted) + 1 and all(len(r) == 5 for r in s.top5_ids)
+        assert s.emitted[:s.accepted] == s.drafted[:s.accepted]
+        # greedy: every accepted draft is the target's argmax, the bonus is the argmax after them
+        assert all(s.top5_ids[i][0] == s.drafted[i] for i in range(s.accepted))
+        assert s.bonus == s.top5_ids[s.accepted][0]
+        assert all(0.0 <= p <= 1.0 for p in s.p) and s.draft_ms >= 0 and s.verify_ms > 0
+    st = result.stats
+    assert st["n_steps"] == len(steps) and st["n_generated"] == len(result.token_ids)
+    assert st["tau"] == pytest.approx(len(result.token_ids) / len(steps))
+    assert st["acceptance_rate"] == pytest.approx(sum(s.accepted for s in steps) / sum(len(s.drafted) for s in steps))
+    assert result.text == target.decode(result.token_ids)
+    json.dumps(result.to_dict())  # plain data all the way down
+
+
+def test_no_recompilation_after_warmup(target):
+    drafter = load_drafter("ngram", target, k=5)
+    generate(target, "Warm up the compiled step functions.", drafter=drafter, max_new_tokens=16)
+    before = compile_count()
+    result = generate(target, "Now a different prompt of another length, please answer.", drafter=drafter,
+                      max_new_tokens=16)
+    assert result.stats["compiles"] == 0 and compile_count() == before
+
+
+def test_sampling_changes_with_seed_and_is_reproducible(target):
+    drafter = load_drafter("ngram", target, k=4)
+    kw = dict(drafter=drafter, max_new_tokens=24, temperature=1.0, top_p=0.95)
+    a = generate(target, "Write a creative sentence about the sea.", seed=1, **kw).token_ids
+    b = generate(target, "Write a creative sentence about the sea.", seed=1, **kw).token_ids
+    c = generate(target, "Write a creative sentence about the sea.", seed=2, **kw).token_ids
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("prompt,kw,match", [
+    ("", {}, "empty"),
+    ("   \n", {}, "empty"),
+    ("hello", {"max_new_tokens": 0}, "max_new_tokens"),
+    ("word " * 9000, {}, "context"),
+    ("hello", {"max_new_tokens": 8190}, "exceeds"),
+    ("hello", {"temperature": -1.0}, "temperature"),
+])
+def test_bad_generation_input_is_a_clear_error(target, prompt, kw, match):
+    with pytest.raises(GenerationError, match=match):
+        generate(target, prompt, **kw)
+
+
+@pytest.mark.parametrize("name,k,match", [("ngram", 0, "1..64"), ("ngram", 65, "1..64"), ("ngram", -3, "1..64"),
+                                          ("nonsense", 4, "unknown drafter")])
+def test_bad_drafter_choice_is_a_clear_error(target, name, k, match):
+    with pytest.raises(DrafterError, match=match):
+        load_drafter(name, target, k=k)
+
+
+def test_bad_checkpoint_paths_are_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_target(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_target(tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_target(bad)
+    (bad / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    with pytest.raises(CheckpointError, match="lacks required field"):
+        load_target(bad)
+    (tmp_path / "x.gguf").write_bytes(b"not a gguf at all")
+    with pytest.raises(CheckpointError, match="GGUF"):
+        load_target(tmp_path / "x.gguf")
+    with pytest.raises(CheckpointError, match="dtype"):
+        load_target(None, dtype="float8")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_generate_cli_json_and_lossless(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "Count from 1 to 5."}) + "\n"
+                       + json.dumps({"id": "b", "prompt": "Say hi."}) + "\n")
+    out = _cli("engine.generate", "--prompt-file", str(prompts), "--drafter", "ngram", "--k", "3",
+               "--max-new-tokens", "12", "--json", "--check-lossless")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"]
+    for r in rows:
+        assert r["lossless"] is True and 1 <= len(r["token_ids"]) <= 12
+        assert {"text", "tau", "acceptance_rate", "tok_per_s", "wall_s", "steps"} <= set(r)
+        assert set(r["steps"][0]) == {"drafted", "accepted", "bonus", "draft_ms", "verify_ms"}
+    bad = _cli("engine.generate", "--prompt", "", "--drafter", "ar")
+    assert bad.returncode == 2 and "empty" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_kflat_cli_json():
+    out = _cli("engine.kflat", "--ks", "1,4", "--context", "32", "--drafter", "ngram", "--repeats", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["k"] for r in rows] == [1, 4]
+    assert all(r["verify_ms"] > 0 and r["draft_ms"] >= 0 for r in rows)
+
+
+def test_prompt_ids_are_chat_formatted_unless_raw(target):
+    chat = target.encode("hi")
+    raw = target.encode("hi", raw=True)
+    assert len(chat) > len(raw) and np.all(raw == target.tokenizer("hi")["input_ids"])
+    assert target.tokenizer.decode(chat).startswith("<|im_start|>")
