@@ -55,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--raw", action="store_true", help="no chat template")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check-lossless", action="store_true")
     a = ap.parse_args(argv)
     try:
-        target = load_target(a.target, a.dtype)
+        target = load_target(a.target, a.dtype, a.tokenizer)
         drafter = load_drafter(a.drafter, target, k=a.k)
         baseline = load_drafter("ar", target) if a.check_lossless else None
         kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw)

@@ -80,10 +80,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drafter", default=None)
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    target = load_target(a.target, a.dtype)
+    target = load_target(a.target, a.dtype, a.tokenizer)
     ks = [int(x) for x in a.ks.split(",")]
     for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats):
         if a.json:

@@ -49,7 +49,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     return out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, nh * d)
 
 
-def lm_head(params: dict, cfg: ModelConfig, h: jax.Array) -> jax.Array:
+def lm_head(params: dict, h: jax.Array) -> jax.Array:
     """Final-normed hidden [..., H] -> logits [..., V] (tied embeddings when there is no lm_head)."""
     if "lm_head" in params:
         return linear(h, params["lm_head"])
@@ -104,5 +104,5 @@ def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, c
 
     layers = jnp.arange(cfg.num_layers, dtype=jnp.int32)
     (x, k_all, v_all, feats), _ = jax.lax.scan(body, (x, cache["k"], cache["v"], feats), (params["layers"], layers))
-    logits = lm_head(params, cfg, rms_norm(x, params["norm"], cfg.rms_eps)) if with_logits else None
+    logits = lm_head(params, rms_norm(x, params["norm"], cfg.rms_eps)) if with_logits else None
     return logits, (feats if capture else None), {"k": k_all, "v": v_all}

@@ -49,10 +49,14 @@ def _eos_ids(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def load_target(path: str | Path | None = None, dtype: str = "float32") -> Target:
-    """Load a target: a HF directory, a .gguf file, or (None) the embedded SmolLM2-135M-Instruct."""
+def load_target(path: str | Path | None = None, dtype: str = "float32", tokenizer: str | Path | None = None) -> Target:
+    """Load a target: a HF directory, a .gguf file, or (None) the embedded SmolLM2-135M-Instruct.
+
+    `tokenizer`: a directory to load the tokenizer from instead of the checkpoint (e.g. one saved with
+    `save_pretrained`, to skip the GGUF conversion or run where that conversion is unavailable).
+    """
     cfg, params, resolved = load_weights(path, dtype)
-    tokenizer = load_tokenizer(resolved)
+    tokenizer = load_tokenizer(Path(tokenizer) if tokenizer else resolved)
     if len(tokenizer) > cfg.vocab_size:
         raise CheckpointError(f"tokenizer has {len(tokenizer)} tokens but the model only {cfg.vocab_size}")
     name = resolved.stem if resolved.suffix == ".gguf" else resolved.name

@@ -25,7 +25,7 @@ EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 # our name -> (HF suffix inside model.layers.{i}., transpose to [in, out])
-_LAYER_KEYS = {
+LAYER_KEYS = {
     "attn_norm": ("input_layernorm.weight", False),
     "wq": ("self_attn.q_proj.weight", True),
     "wk": ("self_attn.k_proj.weight", True),
@@ -56,7 +56,7 @@ def embedded_model_path() -> Path | None:
 
 
 def _layer_names(cfg: ModelConfig) -> list[str]:
-    return [k for k in _LAYER_KEYS if cfg.qk_norm or k not in ("q_norm", "k_norm")]
+    return [k for k in LAYER_KEYS if cfg.qk_norm or k not in ("q_norm", "k_norm")]
 
 
 def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str) -> dict:
@@ -69,7 +69,7 @@ def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str)
 
     layers = {}
     for name in _layer_names(cfg):
-        suffix, transpose = _LAYER_KEYS[name]
+        suffix, transpose = LAYER_KEYS[name]
         layers[name] = jnp.stack([mat(get(f"model.layers.{i}.{suffix}"), transpose) for i in range(cfg.num_layers)])
     params = {
         "embed": jnp.asarray(np.asarray(get("model.embed_tokens.weight")), dtype=wdt),
@@ -165,7 +165,7 @@ def load_gguf(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
         if hf_name == "lm_head.weight":
             return deq("output.weight")
         i, suffix = hf_name.split(".")[2], ".".join(hf_name.split(".")[3:])
-        ours = next(k for k, (s, _) in _LAYER_KEYS.items() if s == suffix)
+        ours = next(k for k, (s, _) in LAYER_KEYS.items() if s == suffix)
         w = deq(f"blk.{i}.{_GGUF_LAYER_KEYS[ours]}.weight")
         if arch == "llama" and ours == "wq":
             w = _unpermute(w, cfg.num_heads)

@@ -1,0 +1,95 @@
+"""Reads from the history for the views: acceptance curves, calibration bins, survival, sweeps, run choices."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from storage import History
+
+NO_SUITE = "(no suite)"
+ALL = "(all)"
+
+
+def where_clause(target: str | None, drafters: list[str] | None, suite: str | None,
+                 prefix: str = "") -> tuple[str, list]:
+    """A WHERE clause and its parameters selecting a target, drafters and a suite (ALL, NO_SUITE or a name)."""
+    conditions, params = [], []
+    if target:
+        conditions.append(f"{prefix}target = ?")
+        params.append(target)
+    if drafters:
+        conditions.append(f"{prefix}drafter IN ({', '.join('?' * len(drafters))})")
+        params += list(drafters)
+    if suite == NO_SUITE:
+        conditions.append(f"{prefix}suite IS NULL")
+    elif suite and suite != ALL:
+        conditions.append(f"{prefix}suite = ?")
+        params.append(suite)
+    return ("WHERE " + " AND ".join(conditions)) if conditions else "", params
+
+
+def position_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None) -> list[dict]:
+    """position_acceptance rows for the selection."""
+    where, params = where_clause(target, drafters, suite)
+    return h.query(f"SELECT * FROM position_acceptance {where} ORDER BY drafter, suite, k, temperature, i", params)
+
+
+def length_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None) -> list[dict]:
+    """acceptance_lengths rows for the selection."""
+    where, params = where_clause(target, drafters, suite)
+    return h.query(f"SELECT * FROM acceptance_lengths {where} ORDER BY drafter, suite, k, accepted", params)
+
+
+def calibration_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None,
+                     bins: int = 10) -> list[dict]:
+    """Drafted tokens the verifier reached, binned by q: {drafter, bin, q_mean, acceptance, n}."""
+    where, params = where_clause(target, drafters, suite, prefix="r.")
+    return h.query(f"""
+        WITH tokens AS (
+            SELECT r.drafter, s.accepted, unnest(range(len(s.q))) AS j, s.q
+            FROM steps s JOIN runs r USING (run_id) {where})
+        SELECT drafter, least(floor(q[j + 1] * {bins}), {bins - 1})::INTEGER AS bin, avg(q[j + 1]) AS q_mean,
+               avg(CASE WHEN j < accepted THEN 1.0 ELSE 0.0 END) AS acceptance, count(*) AS n
+        FROM tokens WHERE j <= accepted GROUP BY drafter, bin ORDER BY drafter, bin""", params)
+
+
+def survival(h: History, target: str, drafter: str) -> tuple[list[float], int]:
+    """Survival per draft position pooled over every stored K, suite and temperature; (curve, steps)."""
+    rows = h.query("SELECT i, sum(n_accepted) / sum(n_steps) AS s, sum(n_steps) AS n FROM position_acceptance "
+                   "WHERE target = ? AND drafter = ? GROUP BY i ORDER BY i", [target, drafter])
+    curve = []
+    for expected, r in enumerate(rows, 1):
+        if r["i"] != expected:
+            break
+        curve.append(float(r["s"]))
+    return curve, int(rows[0]["n"]) if rows else 0
+
+
+def sweeps(h: History) -> dict[str, dict]:
+    """Stored K-Flat sweeps: sweep_id -> {label, rows}, newest first."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in h.list_kflat():
+        groups[r["sweep_id"]].append(r)
+    out = {}
+    for sweep_id, rows in sorted(groups.items(), key=lambda kv: kv[1][0]["created_at"], reverse=True):
+        r = rows[0]
+        ks = [x["k"] for x in rows]
+        out[sweep_id] = {"rows": rows, "label": f"{r['hardware']} · {r['model']} {r['dtype']} · ctx {r['context']} · "
+                                                f"K {min(ks)}-{max(ks)} · {r['created_at']:%Y-%m-%d %H:%M}"}
+    return out
+
+
+def distinct(h: History, column: str, target: str | None = None) -> list[str]:
+    """Distinct non-null values of a runs column (drafter, suite, target)."""
+    where, params = ("WHERE target = ?", [target]) if target else ("", [])
+    rows = h.query(f"SELECT DISTINCT {column} AS v FROM runs {where} ORDER BY v", params)
+    return [r["v"] for r in rows if r["v"] is not None]
+
+
+def run_choices(h: History, only_rejections: bool = False, limit: int = 200) -> list[tuple[str, str]]:
+    """(label, run_id) pairs, newest first; only runs with a rejected draft when asked."""
+    having = "WHERE drafted > accepted" if only_rejections else ""
+    rows = h.query(f"SELECT run_id, created_at, drafter, k, status, prompt_preview FROM run_summary {having} "
+                   "ORDER BY created_at DESC, run_id DESC LIMIT ?", [limit])
+    return [(f"{r['created_at']:%m-%d %H:%M:%S} · {r['drafter']} K={r['k']} · {r['status']} · "
+             f"{(r['prompt_preview'] or '')[:40]}", r["run_id"]) for r in rows]

@@ -1,0 +1,190 @@
+"""Block view HTML: each verify step's drafted block with accepted, rejected (struck) and bonus tokens.
+
+Every piece of prompt or token text goes through `html.escape`; steps are plain dicts (StepTrace.to_dict()
+or History.get_run()['steps']) so the live view and the replay render the same record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+
+CSS = """
+.ds-view { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; line-height: 1.9;
+  color: #111827; background: #ffffff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 10px 12px; }
+.ds-prompt { color: #374151; background: #f9fafb; border-left: 3px solid #9ca3af; padding: 4px 8px;
+  margin-bottom: 8px; white-space: pre-wrap; }
+.ds-prompt b { font-family: system-ui, sans-serif; font-size: 12px; color: #6b7280; }
+.ds-blocks { white-space: pre-wrap; word-break: break-word; }
+.ds-step { border-left: 2px solid #9ca3af; padding-left: 2px; margin-left: 3px; }
+.ds-step:nth-child(even) .tok { outline: 1px dotted #d1d5db; }
+.ds-idx { font-size: 9px; color: #6b7280; vertical-align: super; font-family: system-ui, sans-serif; }
+.tok { border-radius: 3px; padding: 0 1px; cursor: help; }
+.tok.acc { background: #d1fae5; color: #065f46; }
+.tok.rej { background: #fee2e2; color: #991b1b; text-decoration: line-through; }
+.tok.bonus { background: #dbeafe; color: #1e3a8a; font-weight: 600; }
+.tok.cut { opacity: 0.45; }
+.tok.pick { cursor: pointer; }
+.tok.pick:hover, .tok.picked { outline: 2px solid #f59e0b; }
+.tok.ann { box-shadow: inset 0 -3px 0 #f59e0b; }
+.ds-legend { font-family: system-ui, sans-serif; font-size: 12px; color: #4b5563; margin-bottom: 6px; }
+.ds-legend .tok { cursor: default; }
+.ds-empty { color: #6b7280; font-family: system-ui, sans-serif; }
+.ds-stats { font-family: system-ui, sans-serif; font-size: 13px; border-collapse: collapse; }
+.ds-stats td { padding: 2px 10px 2px 0; color: #111827; }
+.ds-stats td:first-child { color: #6b7280; }
+.ds-grid { display: grid; gap: 10px; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); }
+.ds-grid h4 { margin: 4px 0; font-family: system-ui, sans-serif; }
+"""
+
+LEGEND = ('<div class="ds-legend"><span class="tok acc">accepted</span> <span class="tok rej">rejected</span> '
+          '<span class="tok bonus">bonus (target)</span> · a grey bar starts each verify step · '
+          'hover a token for p, q and the target\'s top-5</div>')
+
+
+def token_text(text: str, newline: str = "↵") -> str:
+    """A token's text made visible and HTML-safe (newlines as ↵, empty as ∅)."""
+    if text == "":
+        return "∅"
+    return escape(text).replace("\n", newline)
+
+
+def _quoted(text: str) -> str:
+    return "'" + (text or "").replace("\n", "↵") + "'"
+
+
+def _top5(step: dict, row: int) -> str:
+    ids, probs = step.get("top5_ids") or [], step.get("top5_p") or []
+    texts = step.get("top5_text") or []
+    if row >= len(probs):
+        return "target top-5: n/a"
+    names = texts[row] if row < len(texts) else [str(i) for i in ids[row]]
+    return "target top-5: " + " | ".join(f"{_quoted(t)} {p:.3f}" for t, p in zip(names, probs[row], strict=False))
+
+
+def _bonus_p(step: dict) -> float | None:
+    row = step["accepted"]
+    ids, probs = step.get("top5_ids") or [], step.get("top5_p") or []
+    if row < len(ids) and step["bonus"] in ids[row]:
+        return probs[row][ids[row].index(step["bonus"])]
+    return None
+
+
+def _span(classes: str, text: str, title: str, attrs: str = "", newline: str = "↵") -> str:
+    return f'<span class="tok {classes}" title="{escape(title, quote=True)}"{attrs}>{token_text(text, newline)}</span>'
+
+
+def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = ()) -> str:
+    """One verify step: accepted drafts, rejected drafts (struck through), then the bonus token."""
+    idx, n_acc, drafted = step["index"], step["accepted"], step["drafted"]
+    texts = step.get("drafted_text") or [str(t) for t in drafted]
+    n_emitted = len(step.get("emitted") or [])
+    marked = set(annotated)
+    parts = [f'<span class="ds-step" data-step="{idx}"><span class="ds-idx">{idx}</span>']
+    rejected = []
+    for i, text in enumerate(texts):
+        ok = i < n_acc
+        p = step["p"][i] if i < len(step.get("p") or []) else float("nan")
+        q = step["q"][i] if i < len(step.get("q") or []) else float("nan")
+        title = (f"step {idx} · draft {i + 1}/{len(drafted)} · {'accepted' if ok else 'rejected'}"
+                 f"{'' if ok or i > n_acc else ' (first rejection)'}\np (target) = {p:.4f}   q (drafter) = {q:.4f}\n"
+                 f"{_top5(step, i)}")
+        if ok:
+            cut = " cut" if i >= n_emitted else ""
+            parts.append(_span("acc" + cut, text, title, newline="↵\n"))
+            continue
+        classes, attrs = "rej", f' data-step="{idx}" data-pos="{i}"'
+        if clickable:
+            classes += " pick"
+            attrs += f' data-pick="{idx}:{i}"'
+        if (idx, i) in marked:
+            classes += " ann"
+        rejected.append(_span(classes, text, title, attrs))
+    parts += rejected
+    if n_emitted > n_acc:
+        bp = _bonus_p(step)
+        title = (f"step {idx} · bonus: the target's token after {n_acc} accepted\n"
+                 f"p (target) = {'n/a' if bp is None else f'{bp:.4f}'}\n{_top5(step, n_acc)}")
+        parts.append(_span("bonus", step.get("bonus_text") or str(step["bonus"]), title, newline="↵\n"))
+    parts.append("</span>")
+    return "".join(parts)
+
+
+def as_dicts(steps: Iterable[Any]) -> list[dict]:
+    """Steps as plain dicts (StepTrace objects are converted)."""
+    return [s if isinstance(s, dict) else s.to_dict() for s in steps]
+
+
+VIEW_END = "</div></div>"
+
+
+def block_view(steps: Iterable[Any], prompt: str | None = None, clickable: bool = False,
+               annotated: Iterable[tuple[int, int]] = (), legend: bool = True) -> str:
+    """The whole block view: a colour legend, the prompt (escaped) and every step's block."""
+    view, steps = LiveView(prompt, legend, clickable, annotated), as_dicts(steps)
+    return view.html(steps, done=True) if steps else view.head + '<span class="ds-empty">no steps yet</span>' + VIEW_END
+
+
+class LiveView:
+    """A block view built step by step: each update of a running view only appends to the previous HTML, so
+    Gradio streams just the new steps (the unclosed divs are closed by the browser until `done`)."""
+
+    def __init__(self, prompt: str | None = None, legend: bool = True, clickable: bool = False,
+                 annotated: Iterable[tuple[int, int]] = ()) -> None:
+        head = f'<div class="ds-prompt"><b>prompt</b>\n{escape(prompt)}</div>' if prompt else ""
+        self.head = f'<div class="ds-view">{LEGEND if legend else ""}{head}<div class="ds-blocks">'
+        self.clickable, self.annotated = clickable, list(annotated)
+        self.parts: list[str] = []
+
+    def html(self, steps: list[Any], done: bool = False) -> str:
+        """The view of `steps` (rendering only those not seen before); closed when done."""
+        self.parts += [step_html(s, self.clickable, self.annotated) for s in as_dicts(steps[len(self.parts):])]
+        return self.head + "".join(self.parts) + (VIEW_END if done else "")
+
+
+def message_html(text: str, kind: str = "info") -> str:
+    """A status line (escaped); kind 'error' shows it in red."""
+    colour = {"error": "#b91c1c", "warn": "#b45309"}.get(kind, "#374151")
+    return f'<div class="ds-msg ds-{kind}" style="color:{colour};font-family:system-ui">{escape(text)}</div>'
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = "") -> str:
+    """A small table of the run's tau, acceptance, tokens/s, speedup (when given) and counts."""
+    rows = [
+        ("tau (tokens / step)", _fmt(stats.get("tau"), ".2f")),
+        ("acceptance rate", _fmt(stats.get("acceptance_rate"), ".3f")),
+        ("tokens / s", _fmt(stats.get("tok_per_s"), ".1f")),
+    ]
+    if speedup is not None or speedup_note:
+        rows.append(("speedup vs ar", _fmt(speedup, ".2f") + ("×" if speedup is not None else "")
+                     + (f" ({speedup_note})" if speedup_note else "")))
+    rows += [("steps · tokens", f"{stats.get('n_steps', 0)} · {stats.get('n_generated', 0)}"),
+             ("drafted · accepted", f"{stats.get('drafted', 0)} · {stats.get('accepted', 0)}")]
+    if stats.get("compiles"):
+        rows.append(("XLA compiles", f"{stats['compiles']} (their time is in tokens/s)"))
+    if stats.get("stop_reason"):
+        rows.append(("stop", str(stats["stop_reason"])))
+    body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="ds-stats">{body}</table>'
+
+
+def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = ()) -> str:
+    """A stored run (History.get_run): what it was, its stats and its block view replayed."""
+    s = run.get("settings") or {}
+    facts = [f"run {run.get('run_id')}", f"{s.get('drafter')} K={s.get('k')}", f"T={s.get('temperature')}",
+             f"status {run.get('status')}", f"{run.get('created_at'):%Y-%m-%d %H:%M:%S} UTC"
+             if run.get("created_at") else ""]
+    if run.get("suite"):
+        facts.append(f"suite {run['suite']} #{run.get('prompt_id')}")
+    if run.get("lossless") is not None:
+        facts.append(f"lossless vs ar: {run['lossless']}")
+    if run.get("comparison_group"):
+        facts.append(f"comparison {run['comparison_group'][:8]}")
+    head = f'<div class="ds-legend">{escape(" · ".join(f for f in facts if f))}</div>'
+    return head + stats_html(run.get("stats") or {}) + block_view(run.get("steps") or [], run.get("prompt"),
+                                                                 clickable, annotated)

@@ -1,0 +1,207 @@
+"""Annotate tab: click a rejected token of a stored run, label it, list and edit annotations, export them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+
+import gradio as gr
+
+from storage import export_annotations
+
+from .. import queries
+from ..render import message_html, run_html
+from ..state import AppError, Workbench
+from .common import USER_ERRORS
+
+# Clicking a rejected token writes "step:pos" into the hidden #ann-pick textbox, whose change selects it.
+PICK_JS = """
+element.addEventListener('click', (event) => {
+  const token = event.target.closest('[data-pick]');
+  const box = document.querySelector('#ann-pick textarea, #ann-pick input');
+  if (!token || !box) return;
+  element.querySelectorAll('.picked').forEach((t) => t.classList.remove('picked'));
+  token.classList.add('picked');
+  box.value = token.dataset.pick;
+  box.dispatchEvent(new Event('input', { bubbles: true }));
+});
+"""
+ANN_COLUMNS = ["id", "run_id", "step", "pos", "token", "label", "note", "drafter", "updated (UTC)"]
+
+
+def rejected_choices(run: dict) -> list[tuple[str, str]]:
+    """('step 3 · pos 1 · 'text' (p=..)', '3:1') for every rejected drafted token of a run."""
+    out = []
+    for s in run["steps"]:
+        texts = s.get("drafted_text") or [str(t) for t in s["drafted"]]
+        for i in range(s["accepted"], len(s["drafted"])):
+            first = " · first rejection" if i == s["accepted"] else ""
+            out.append((f"step {s['index']} · pos {i} · {texts[i]!r} (p={s['p'][i]:.3f}, q={s['q'][i]:.3f}){first}",
+                        f"{s['index']}:{i}"))
+    return out
+
+
+def annotated(wb: Workbench, run_id: str) -> list[tuple[int, int]]:
+    """(step, draft position) of the run's annotated tokens."""
+    return [(a["step_idx"], a["draft_pos"]) for a in wb.history.list_annotations(run_id=run_id)]
+
+
+def show_run(wb: Workbench, run_id: str | None) -> tuple[str, dict]:
+    """(clickable view, token dropdown update) for a run."""
+    if not run_id:
+        return message_html("choose a run with rejected tokens"), gr.update(choices=[], value=None)
+    try:
+        run = wb.history.get_run(run_id)
+    except USER_ERRORS as e:
+        return message_html(str(e), "error"), gr.update(choices=[], value=None)
+    choices = rejected_choices(run)
+    return (run_html(run, clickable=True, annotated=annotated(wb, run_id)),
+            gr.update(choices=choices, value=choices[0][1] if choices else None))
+
+
+def annotation_rows(wb: Workbench, run_id: str | None, only_run: bool) -> list[list]:
+    """Rows of the annotation table: all annotations, or the run's only."""
+    rows = wb.history.list_annotations(run_id=run_id if only_run and run_id else None)
+    return [[a["annotation_id"], a["run_id"], a["step_idx"], a["draft_pos"], a["drafted_text"], a["label"], a["note"],
+             a["drafter"], f"{a['updated_at']:%Y-%m-%d %H:%M:%S}"] for a in rows]
+
+
+def annotation_choices(wb: Workbench) -> list[tuple[str, int]]:
+    """(label, annotation_id) for the edit dropdown."""
+    return [(f"#{a['annotation_id']} · {a['label']} · step {a['step_idx']} pos {a['draft_pos']} · "
+             f"{a['drafted_text']!r}", a["annotation_id"]) for a in wb.history.list_annotations()]
+
+
+def add(wb: Workbench, run_id: str | None, pick: str | None, label: str | None, note: str | None) -> str:
+    """Store an annotation of the picked rejected token; return a status message."""
+    try:
+        if not run_id or not pick:
+            raise AppError("choose a run and click a rejected token (or pick one from the list)")
+        if not label:
+            raise AppError("choose a label (or add a new one)")
+        step, pos = (int(x) for x in str(pick).split(":"))
+        annotation_id = wb.history.add_annotation(run_id, step, pos, label, note or "")
+    except (*USER_ERRORS, ValueError) as e:
+        gr.Warning(str(e))
+        return message_html(f"error: {e}", "error")
+    return message_html(f"annotation #{annotation_id} stored: step {step}, position {pos}, label {label}")
+
+
+def export(wb: Workbench, folder: str, label: str | None, drafter: str | None) -> tuple[str, list[str] | None]:
+    """Export (optionally filtered) annotations into a folder under the export root; (message, files)."""
+    root = wb.export_root.resolve()
+    name = (folder or "").strip() or f"annotations-{datetime.now():%Y%m%d-%H%M%S}"
+    out = (root / name).resolve()
+    try:
+        if not out.is_relative_to(root):
+            raise AppError(f"the export folder must be inside {root}")
+        paths = export_annotations(wb.history, out, label=None if label in (None, queries.ALL) else label,
+                                   drafter=None if drafter in (None, queries.ALL) else drafter)
+    except (*USER_ERRORS, OSError) as e:
+        gr.Warning(str(e))
+        return message_html(f"error: {e}", "error"), None
+    files = [str(p) for p in paths.values()]
+    lines = "".join(f"<li><code>{escape(p)}</code></li>" for p in files)
+    return f'<div class="ds-legend">exported to {escape(str(out))}:<ul>{lines}</ul></div>', files
+
+
+def build(wb: Workbench, tab: gr.Tab) -> None:
+    """Lay out the Annotate tab and wire its events."""
+    run = gr.Dropdown(choices=[], label="run (only runs with rejected tokens)", elem_id="ann-run",
+                      allow_custom_value=True)
+    gr.Markdown("Click a rejected (struck-through) token to pick it, or choose it from the list.")
+    view = gr.HTML(elem_id="ann-view", js_on_load=PICK_JS)
+    pick = gr.Textbox(visible="hidden", elem_id="ann-pick")
+    with gr.Row():
+        token = gr.Dropdown(choices=[], label="rejected token", elem_id="ann-token", scale=3, allow_custom_value=True)
+        labels = wb.history.list_labels()
+        label = gr.Dropdown(choices=labels, value=labels[0] if labels else None, label="label", elem_id="ann-label")
+        note = gr.Textbox(label="note", elem_id="ann-note", scale=2)
+    with gr.Row():
+        save = gr.Button("Save annotation", variant="primary", elem_id="ann-save")
+        new_label = gr.Textbox(label="new label", scale=2)
+        add_label = gr.Button("Add label")
+    status = gr.HTML(elem_id="ann-status")
+    with gr.Accordion("annotations", open=True):
+        only_run = gr.Checkbox(value=False, label="only this run")
+        listing = gr.Dataframe(headers=ANN_COLUMNS, interactive=False, elem_id="ann-table", max_height=300)
+        with gr.Row():
+            chosen = gr.Dropdown(choices=[], label="edit annotation", scale=3, allow_custom_value=True)
+            edit_label = gr.Dropdown(choices=labels, label="label")
+            edit_note = gr.Textbox(label="note", scale=2)
+        with gr.Row():
+            update = gr.Button("Update annotation")
+            delete = gr.Button("Delete annotation", variant="stop")
+    with gr.Accordion("export", open=True):
+        with gr.Row():
+            ex_label = gr.Dropdown(choices=[queries.ALL] + labels, value=queries.ALL, label="label")
+            ex_drafter = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="drafter", allow_custom_value=True)
+            folder = gr.Textbox(label=f"folder inside {wb.export_root} (empty: a new dated one)", elem_id="ann-folder")
+            do_export = gr.Button("Export annotations", elem_id="ann-export")
+        exported = gr.HTML(elem_id="ann-exported")
+        files = gr.File(file_count="multiple", label="exported files", elem_id="ann-files", interactive=False)
+
+    def lists(run_id, only):
+        return (annotation_rows(wb, run_id, only), gr.update(choices=annotation_choices(wb)),
+                gr.update(choices=[queries.ALL] + queries.distinct(wb.history, "drafter")))
+
+    list_outputs = [listing, chosen, ex_drafter]
+
+    def refresh(run_id, only):
+        choices = queries.run_choices(wb.history, only_rejections=True)
+        ids = [c[1] for c in choices]
+        run_id = run_id if run_id in ids else (ids[0] if ids else None)
+        return gr.update(choices=choices, value=run_id), *lists(run_id, only)
+
+    tab.select(refresh, [run, only_run], [run, *list_outputs], api_visibility="private")
+    run.change(lambda run_id: show_run(wb, run_id), run, [view, token], api_name="annotate_open")
+    pick.input(lambda value: value, pick, token, api_visibility="private")
+    only_run.change(lambda run_id, only: annotation_rows(wb, run_id, only), [run, only_run], listing,
+                    api_visibility="private")
+
+    def save_annotation(run_id, pick_value, label_value, note_value, only):
+        message = add(wb, run_id, pick_value, label_value, note_value)
+        return message, show_run(wb, run_id)[0], *lists(run_id, only)
+
+    save.click(save_annotation, [run, token, label, note, only_run], [status, view, *list_outputs],
+               api_name="annotate")
+
+    def new(name):
+        try:
+            wb.history.add_label(name)
+        except USER_ERRORS as e:
+            return message_html(str(e), "error"), gr.update(), gr.update(), gr.update()
+        names = wb.history.list_labels()
+        return (message_html(f"label {name.strip()!r} added"), gr.update(choices=names, value=name.strip()),
+                gr.update(choices=names), gr.update(choices=[queries.ALL] + names))
+
+    add_label.click(new, new_label, [status, label, edit_label, ex_label], api_name="add_label")
+
+    def load(annotation_id):
+        found = [a for a in wb.history.list_annotations() if a["annotation_id"] == annotation_id]
+        return (found[0]["label"], found[0]["note"]) if found else (None, "")
+
+    chosen.change(load, chosen, [edit_label, edit_note], api_visibility="private")
+
+    def change(annotation_id, label_value, note_value, run_id, only, remove=False):
+        try:
+            if annotation_id is None:
+                raise AppError("choose an annotation to edit")
+            if remove:
+                wb.history.delete_annotation(int(annotation_id))
+            else:
+                wb.history.update_annotation(int(annotation_id), label=label_value or None, note=note_value)
+        except USER_ERRORS as e:
+            return message_html(f"error: {e}", "error"), gr.update(), *lists(run_id, only)
+        done = "deleted" if remove else "updated"
+        return message_html(f"annotation #{annotation_id} {done}"), show_run(wb, run_id)[0], *lists(run_id, only)
+
+    edit_inputs = [chosen, edit_label, edit_note, run, only_run]
+    update.click(change, edit_inputs, [status, view, *list_outputs], api_name="annotation_update")
+    def remove(annotation_id, label_value, note_value, run_id, only):
+        return change(annotation_id, label_value, note_value, run_id, only, remove=True)
+
+    delete.click(remove, edit_inputs, [status, view, *list_outputs],
+                 api_name="annotation_delete")
+    do_export.click(lambda f, lab, d: export(wb, f, lab, d), [folder, ex_label, ex_drafter], [exported, files],
+                    api_name="export_annotations")

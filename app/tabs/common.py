@@ -1,0 +1,70 @@
+"""Helpers shared by the tabs: user-facing errors, input parsing, choices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+import engine
+from storage import HistoryError
+
+from ..state import AppError, Workbench
+
+# Errors whose message is meant for a person: shown in the UI, never a dead page.
+USER_ERRORS = (engine.GenerationError, engine.DrafterError, engine.CheckpointError, AppError, HistoryError)
+DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one run on the accelerator at a time
+
+
+def as_int(value: Any, name: str, lo: int, hi: int) -> int:
+    """An integer input in lo..hi, else an AppError naming the field."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise AppError(f"{name} must be a whole number in {lo}..{hi}, got {value!r}") from None
+    if not number.is_integer() or not lo <= number <= hi:
+        raise AppError(f"{name} must be a whole number in {lo}..{hi}, got {value!r}")
+    return int(number)
+
+
+def best_drafter(wb: Workbench) -> str:
+    """The drafter to preselect: a model drafter when one loads, else ngram, else ar."""
+    for name in ("dflash", "eagle3"):
+        if name in wb.sources:
+            return name
+    others = [label for label in wb.sources if label not in ("ar", "ngram")]
+    return others[0] if others else "ngram" if "ngram" in wb.sources else "ar"
+
+
+def unavailable_md(wb: Workbench) -> str:
+    """Markdown list of the drafters that did not load, with the reason."""
+    if not wb.unavailable:
+        return "All known drafters loaded."
+    lines = [f"- **{name}**: unavailable — {reason}" for name, reason in wb.unavailable.items()]
+    return "Drafters not offered:\n" + "\n".join(lines)
+
+
+def drafter_dropdown(wb: Workbench, **kw) -> gr.Dropdown:
+    """A dropdown of the loaded drafters, the best one preselected."""
+    return gr.Dropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter", **kw)
+
+
+def example_table(wb: Workbench, prompt: gr.Textbox) -> gr.Examples:
+    """Clickable example prompts (a few per suite) that fill the prompt box."""
+    return gr.Examples(examples=[[ex["prompt"]] for ex in wb.examples], inputs=[prompt], label="example prompts",
+                       example_labels=[f"{ex['suite']}: {ex['prompt'][:70]}" for ex in wb.examples],
+                       examples_per_page=6)
+
+
+def session_of(request: gr.Request | None) -> str:
+    """The browser session's key (API calls without a session share one)."""
+    return (request.session_hash if request is not None else None) or "api"
+
+
+def wire_stop(wb: Workbench, button: gr.Button, api_name: str | None = None) -> None:
+    """A Stop button: the session's running generation ends after its step and is stored as cancelled."""
+    def stop_run(request: gr.Request) -> None:
+        if wb.request_stop(session_of(request)):
+            gr.Info("stopping after the current step; the run is stored as cancelled")
+
+    button.click(stop_run, None, None, api_name=api_name, api_visibility="public" if api_name else "private")

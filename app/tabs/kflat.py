@@ -1,0 +1,133 @@
+"""K-Flat tab: verify/draft latency vs K on this hardware or from stored sweeps, and the predicted speedup vs K."""
+
+from __future__ import annotations
+
+import gradio as gr
+import jax
+
+from engine.kflat import measure_kflat
+
+from .. import plots, queries
+from ..render import message_html
+from ..state import AppError, Workbench
+from .common import DEVICE, USER_ERRORS, as_int
+
+NO_DRAFTER = "(none: verify only)"
+MAX_KS = 16
+
+
+def parse_ks(text: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8] (sorted, unique, each in 1..1024)."""
+    try:
+        ks = sorted({int(x) for x in str(text).replace(" ", "").split(",") if x})
+    except ValueError:
+        raise AppError(f"K values must be whole numbers separated by commas, got {text!r}") from None
+    if not ks or len(ks) > MAX_KS or ks[0] < 1 or ks[-1] > 1024:
+        raise AppError(f"give 1 to {MAX_KS} K values in 1..1024, got {text!r}")
+    return ks
+
+
+def figures(wb: Workbench, selected: list[str] | None, acc_drafter: str | None):
+    """(latency figure, speedup figure, note) for the chosen sweeps and acceptance source."""
+    stored = queries.sweeps(wb.history)
+    chosen = {stored[s]["label"]: stored[s]["rows"] for s in (selected or []) if s in stored}
+    curve, n = queries.survival(wb.history, wb.target.name, acc_drafter) if acc_drafter else ([], 0)
+    source = f"{acc_drafter} on {wb.target.name}, {n} steps, measured to K={len(curve)}" if curve else "none"
+    note = ""
+    if chosen and acc_drafter and not curve:
+        note = f"no stored steps of {acc_drafter} on {wb.target.name}: generate with it first"
+    elif curve and any(max(r["k"] for r in rows) > len(curve) for rows in chosen.values()):
+        note = f"speedup predicted only up to K={len(curve)}, the longest block {acc_drafter} was measured with"
+    return plots.kflat_figure(chosen), plots.speedup_figure(chosen, curve, source), note
+
+
+def drafter_choices(wb: Workbench) -> list[str]:
+    """Choices for timing a drafter's propose() too (ar proposes nothing)."""
+    return [NO_DRAFTER] + [x for x in wb.drafter_labels if x != "ar"]
+
+
+def sweep_choices(wb: Workbench) -> list[tuple[str, str]]:
+    """(label, sweep_id) of every stored sweep, newest first."""
+    return [(s["label"], sweep_id) for sweep_id, s in queries.sweeps(wb.history).items()]
+
+
+def acceptance_choices(wb: Workbench) -> list[str]:
+    """Drafters with stored per-position acceptance on this target, the preferred one first."""
+    rows = wb.history.query("SELECT DISTINCT drafter FROM position_acceptance WHERE target = ?", [wb.target.name])
+    return sorted((r["drafter"] for r in rows), key=lambda d: (d == "ngram", d))
+
+
+def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_drafter,
+              progress: gr.Progress | None = None):
+    """Measure a sweep on this machine, store it, and show it with the selected ones."""
+    try:
+        ks = parse_ks(ks_text)
+        context = as_int(context, "context", 1, wb.target.cfg.max_position - ks[-1] - 2)
+        repeats = as_int(repeats, "repeats", 1, 50)
+        label = None if drafter in (None, "", NO_DRAFTER, "ar") else drafter
+        if label and label not in wb.sources:
+            raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(wb.drafter_labels)}")
+        if progress is not None:
+            progress(0, desc=f"compiling and timing verify (and draft) for K = {', '.join(map(str, ks))}")
+        rows = measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats)
+        rows = [{**r, "context": context} for r in rows]
+        sweep_id = wb.history.write_kflat(rows, hardware=wb.hardware, backend=jax.default_backend(),
+                                          model=wb.target.name, dtype=wb.target.dtype, drafter=label)
+    except USER_ERRORS as e:
+        gr.Warning(str(e))
+        return (message_html(f"error: {e}", "error"), gr.update(), gr.update(), *figures(wb, selected, acc_drafter)[:2])
+    selected = [sweep_id] + [s for s in (selected or []) if s != sweep_id]
+    latency, speed, note = figures(wb, selected, acc_drafter)
+    text = "; ".join(f"K={r['k']}: {r['verify_ms']:.1f} ms" for r in rows)
+    status = message_html(f"sweep {sweep_id} on {wb.hardware} stored ({text})" + (f". {note}" if note else ""))
+    return (status, gr.update(choices=sweep_choices(wb), value=selected),
+            gr.update(choices=acceptance_choices(wb)), latency, speed)
+
+
+def build(wb: Workbench, tab: gr.Tab) -> None:
+    """Lay out the K-Flat tab and wire its events."""
+    gr.Markdown(f"Times the target's verify step for blocks of K drafted tokens on **{wb.hardware}**. "
+                "Flat verify cost means wider blocks are free; the speedup plot combines a sweep with a drafter's "
+                "measured per-position survival: tau(K) = 1 + sum of survival up to K, divided by the step cost "
+                "relative to an ar step (K=1).")
+    with gr.Row():
+        ks = gr.Textbox(value="1,2,4,8,16,32,64", label="K values", elem_id="kf-ks")
+        context = gr.Number(value=256, precision=0, label="context length")
+        repeats = gr.Number(value=5, precision=0, label="repeats per K")
+        drafter = gr.Dropdown(choices=drafter_choices(wb), value=NO_DRAFTER, label="also time this drafter's propose()",
+                              allow_custom_value=True)
+        run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
+    with gr.Row():
+        stored = sweep_choices(wb)
+        selected = gr.Dropdown(choices=stored, value=[s for _, s in stored[:1]], multiselect=True,
+                               label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3,
+                               allow_custom_value=True)
+        accept = acceptance_choices(wb)
+        acc_drafter = gr.Dropdown(choices=accept, value=accept[0] if accept else None,
+                                  label="acceptance from drafter", scale=1, allow_custom_value=True)
+    status = gr.HTML(elem_id="kf-status")
+    with gr.Row():
+        first = figures(wb, selected.value, acc_drafter.value)
+        latency = gr.Plot(first[0], elem_id="kf-plot")
+        speed = gr.Plot(first[1], elem_id="kf-speedup")
+
+    def start(ks, context, repeats, drafter, selected, acc_drafter, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+        return run_sweep(wb, ks, context, repeats, drafter, selected, acc_drafter, progress)
+
+    run.click(start, [ks, context, repeats, drafter, selected, acc_drafter],
+              [status, selected, acc_drafter, latency, speed], api_name="kflat_sweep", **DEVICE)
+
+    def redraw(selected, acc_drafter):
+        latency_fig, speed_fig, note = figures(wb, selected, acc_drafter)
+        return latency_fig, speed_fig, message_html(note, "warn") if note else ""
+
+    gr.on([selected.change, acc_drafter.change], redraw, [selected, acc_drafter], [latency, speed, status],
+          api_visibility="private")
+
+    def refresh(selected, acc_drafter):
+        sweeps, choices = sweep_choices(wb), acceptance_choices(wb)
+        return (gr.update(choices=sweeps, value=selected or [s for _, s in sweeps[:1]]),
+                gr.update(choices=choices, value=acc_drafter or (choices[0] if choices else None)),
+                gr.update(choices=drafter_choices(wb)))
+
+    tab.select(refresh, [selected, acc_drafter], [selected, acc_drafter, drafter], api_visibility="private")

@@ -1,0 +1,446 @@
+"""`eagle3`: EAGLE-3 drafting (one Llama decoder layer over [embedding ; target features]; dflash.md section 8).
+
+Feature layers: EAGLE-3 reads the INPUTS of target layers (2, N//2, N-3); published configs list
+such input-of-layer ids in `eagle_config.eagle_aux_hidden_state_layer_ids`. The engine captures layer
+OUTPUTS (id L = output of layer L, -1 = embeddings), so feature_layers = published ids - 1, i.e.
+(1, N//2-1, N-4) by default. save_eagle3 writes published (input-of-layer) ids back.
+
+Alignment (the EAGLE convention). Drafter row t sits at position t and reads (token t+1, g_t),
+g_t = fc(concat of the target features of position t); it predicts token t+2. In the engine the
+anchor x_p (last committed token, position p) has no feature yet; the features of 0..p-1 came through
+extend(). propose(tokens) runs, inside one jitted function (K = k passes):
+    pass 0: rows p-W..p-1 (W = K+1) = (tokens[r+1], g_r) at positions r; their K/V go into the cache
+            and row p-1 = (x_p, g_{p-1}) attends to cache rows <= p-1               -> d_1
+    pass j: row p-1+j = (d_j, h_{j-1}) at position p-1+j, attending rows <= p-1+j    -> d_{j+1}
+h_{j-1} being the previous pass's pre-norm output ("residual"). The drafter keeps its own causal
+K/V cache [1, Nkv, S, D]. extend() writes the K/V of rows whose next token it already knows (the
+prompt's, during prefill) and keeps the fc features of the last W rows; after a verify step the
+new rows p..p+a (a accepted) have next tokens known only at the next propose (accepted drafts, then
+the bonus), so pass 0 (re)computes the last W rows from the committed `tokens` (rewriting rows
+already written gives the same K/V). Drafted rows p.. are rewritten before any read, so rejected
+drafts never leak. Training uses the same alignment (eagle3_train_logits / eagle3_labels).
+
+Params (matrices [in, out], norms float32; d2t is kept apart because it is integer data):
+    fc [F*Ht, H]; norm [H]; lm_head [H, Vd]; optional embed [V, H] (else the target's);
+    layer: attn_norm (input_layernorm), hidden_norm [H], wq [2H, Nh*D], wk/wv [2H, Nkv*D], wo, mlp_norm,
+           w_gate, w_up, w_down
+    d2t [Vd] int32: target id = draft id + d2t[draft id]
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ModelConfig
+from ..model import attention, linear, rms_norm, rope
+from ..target import Target
+from .base import DrafterError, Proposal, check_k
+from .layers import (
+    body_config,
+    body_json,
+    check_fc,
+    check_hidden,
+    check_layer_ids,
+    concat_features,
+    expect_tensor,
+    layer_shapes,
+    layer_tensors,
+    load_layers,
+    matrix,
+    random_layers,
+    random_matrix,
+    read_config,
+    read_tensors,
+    save_checkpoint,
+    vector,
+)
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m-eagle3"
+ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3DraftModel")
+DEFAULT_K = 4  # the CPU verify cost is flat only to K ~ 4 (platform-notes.md)
+MAX_K = 64
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """Static drafter config (a jit static argument).
+
+    body: the midlayer's Llama shape (num_layers 1, vocab = the target's).
+    feature_layers: target layers (OUTPUT convention) whose features fc fuses, in concatenation order.
+    norm_before_residual: the midlayer's residual is hidden_norm(g) instead of g.
+    """
+
+    body: ModelConfig
+    draft_vocab_size: int
+    feature_layers: tuple[int, ...]
+    norm_before_residual: bool = False
+
+
+@dataclass(frozen=True)
+class Eagle3State:
+    """One generation's drafter state.
+
+    k, v [1, Nkv, S, D]: the drafter's K/V cache, rows < done valid. window [1, W, H]: fc features of
+    rows length-W..length-1 (zeros before row 0). length: feature rows received (= the anchor position
+    at propose). prompt: the prompt ids, whose rows extend() writes at once.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    window: jax.Array
+    length: int
+    done: int
+    prompt: np.ndarray
+
+
+def default_feature_layers(num_target_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's inputs of layers (2, N//2, N-3) as engine ids (outputs of 1, N//2-1, N-4)."""
+    n = num_target_layers
+    return (1, n // 2 - 1, n - 4)
+
+
+def config_from_json(hf: dict, num_target_layers: int) -> Eagle3Config:
+    """Eagle3Config from an EAGLE-3 config.json (aux layer ids default to EAGLE-3's choice for the target)."""
+    archs = hf.get("architectures") or []
+    if not any(a in ARCHITECTURES for a in archs):
+        raise DrafterError(f"EAGLE-3 config.json names architectures {archs}; expected {ARCHITECTURES[0]}")
+    if hf.get("num_hidden_layers", 1) != 1:
+        raise DrafterError(f"EAGLE-3 drafters have one decoder layer, config.json says {hf['num_hidden_layers']}")
+    body = body_config({**hf, "num_hidden_layers": 1}, "llama", "EAGLE-3")
+    eagle = hf.get("eagle_config") or {}
+    published = eagle.get("eagle_aux_hidden_state_layer_ids", hf.get("eagle_aux_hidden_state_layer_ids"))
+    layers = (tuple(int(i) - 1 for i in published) if published is not None
+              else default_feature_layers(num_target_layers))
+    draft_vocab = int(hf.get("draft_vocab_size") or body.vocab_size)
+    return Eagle3Config(body, draft_vocab, layers, bool(hf.get("norm_before_residual", False)))
+
+
+def config_json(cfg: Eagle3Config) -> dict:
+    """The EAGLE-3 config.json of an Eagle3Config (aux ids written in the published input-of-layer convention)."""
+    return {"architectures": [ARCHITECTURES[0]], "model_type": "llama", **body_json(cfg.body),
+            "tie_word_embeddings": False, "draft_vocab_size": cfg.draft_vocab_size,
+            "norm_before_residual": cfg.norm_before_residual,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in cfg.feature_layers],
+                             "use_aux_hidden_state": True}}
+
+
+def check_fit(cfg: Eagle3Config, params: dict, d2t: np.ndarray, target: ModelConfig) -> None:
+    """Raise DrafterError naming whatever in the drafter does not fit the target."""
+    check_hidden(cfg.body.hidden_size, target, "EAGLE-3")
+    if cfg.body.vocab_size != target.vocab_size:
+        raise DrafterError(f"EAGLE-3 was built for a vocab of {cfg.body.vocab_size}; the target has "
+                           f"{target.vocab_size}")
+    check_layer_ids(cfg.feature_layers, target.num_layers, "EAGLE-3")
+    check_fc(params["fc"].shape[0], len(cfg.feature_layers), target, "EAGLE-3")
+    if not 1 <= cfg.draft_vocab_size <= target.vocab_size or d2t.shape != (cfg.draft_vocab_size,):
+        raise DrafterError(f"EAGLE-3 d2t has shape {list(d2t.shape)} for draft_vocab_size {cfg.draft_vocab_size} "
+                           f"(at most the target vocab {target.vocab_size})")
+    mapped = np.arange(cfg.draft_vocab_size) + d2t
+    if mapped.min() < 0 or mapped.max() >= target.vocab_size:
+        raise DrafterError(f"EAGLE-3 d2t maps draft ids to target ids {int(mapped.min())}..{int(mapped.max())}, "
+                           f"outside the target vocab 0..{target.vocab_size - 1}")
+    if "embed" in params and params["embed"].shape != (target.vocab_size, target.hidden_size):
+        raise DrafterError(f"EAGLE-3 embed_tokens has shape {list(params['embed'].shape)}, the target's "
+                           f"embedding is {[target.vocab_size, target.hidden_size]}")
+
+
+# ---------------------------------------------------------------- forward (pure functions)
+
+def midlayer_qkv(params: dict, cfg: Eagle3Config, emb: jax.Array, g: jax.Array,
+                 positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Attention inputs of rows (token embedding emb [B, T, H], hidden g [B, T, H]) at positions [B, T].
+
+    q [B, T, Nh, D] and k, v [B, Nkv, T, D] (q, k rotated), from concat[input_layernorm(emb), hidden_norm(g)].
+    """
+    lp, body = params["layer"], cfg.body
+    b, t, _ = emb.shape
+    x = jnp.concatenate([rms_norm(emb, lp["attn_norm"], body.rms_eps), rms_norm(g, lp["hidden_norm"], body.rms_eps)],
+                        axis=-1)
+    inv_freq = jnp.asarray(body.inv_freq())
+    q = rope(linear(x, lp["wq"]).reshape(b, t, body.num_heads, body.head_dim), positions, inv_freq)
+    k = rope(linear(x, lp["wk"]).reshape(b, t, body.num_kv_heads, body.head_dim), positions, inv_freq)
+    v = linear(x, lp["wv"]).reshape(b, t, body.num_kv_heads, body.head_dim)
+    return q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+
+def midlayer_out(params: dict, cfg: Eagle3Config, g: jax.Array, attn: jax.Array) -> jax.Array:
+    """Residual + o_proj(attn [B, T, Nh*D]), then the MLP block -> pre-norm output hidden [B, T, H]."""
+    lp, body = params["layer"], cfg.body
+    x = (rms_norm(g, lp["hidden_norm"], body.rms_eps) if cfg.norm_before_residual else g) + linear(attn, lp["wo"])
+    h = rms_norm(x, lp["mlp_norm"], body.rms_eps)
+    return x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
+
+
+def draft_logits(params: dict, cfg: Eagle3Config, h: jax.Array) -> jax.Array:
+    """Pre-norm hidden [..., H] -> draft-vocab logits [..., Vd]."""
+    return linear(rms_norm(h, params["norm"], cfg.body.rms_eps), params["lm_head"])
+
+
+@partial(jax.jit, static_argnames=("cfg", "write_kv"), donate_argnames=("cache_k", "cache_v", "window"))
+def extend_rows(params: dict, embed: jax.Array, cache_k: jax.Array, cache_v: jax.Array, window: jax.Array,
+                features: jax.Array, next_tokens: jax.Array, start: jax.Array, n_new: jax.Array, *,
+                cfg: Eagle3Config, write_kv: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Take feature rows start..start+T-1 (features [F, 1, T, Ht], the first n_new verified).
+
+    Slides their fc features into window [1, W, H]; with write_kv, also writes the K/V of rows
+    (next_tokens [1, T], fc feature) at positions start.. (rows without a known next token hold
+    placeholders that propose rewrites). Returns cache_k, cache_v, window.
+    """
+    g = linear(concat_features(features), params["fc"])
+    window = jax.lax.dynamic_slice_in_dim(jnp.concatenate([window, g], axis=1), n_new, window.shape[1], axis=1)
+    if write_kv:
+        positions = start + jnp.arange(g.shape[1], dtype=jnp.int32)[None]
+        _, k, v = midlayer_qkv(params, cfg, embed[next_tokens].astype(jnp.float32), g, positions)
+        cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, 0, start, 0))
+        cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, 0, start, 0))
+    return cache_k, cache_v, window
+
+
+@partial(jax.jit, static_argnames=("cfg", "k"), donate_argnames=("cache_k", "cache_v"))
+def draft(params: dict, embed: jax.Array, d2t: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
+          window: jax.Array, window_tokens: jax.Array, position: jax.Array, *, cfg: Eagle3Config, k: int):
+    """k greedy draft passes; pass 0 runs rows position-W+1..position (window [1, W, H], their next
+    tokens window_tokens [1, W]; rows < 0 are not written), position = p-1.
+
+    Returns ids [k] (target ids), q [k] (drafter probability), logits [k, Vd], cache_k, cache_v.
+    """
+    s, w = cache_k.shape[2], window.shape[1]
+
+    def run(cache_k, cache_v, tokens, g, positions):
+        """Write rows (tokens [1, n], g [1, n, H]) at positions [n], then the last row's pre-norm output."""
+        q, k_rows, v_rows = midlayer_qkv(params, cfg, embed[tokens].astype(jnp.float32), g, positions[None])
+        at = jnp.where(positions >= 0, positions, s)  # out of range: dropped
+        cache_k = cache_k.at[:, :, at].set(k_rows.astype(cache_k.dtype), mode="drop")
+        cache_v = cache_v.at[:, :, at].set(v_rows.astype(cache_v.dtype), mode="drop")
+        mask = (jnp.arange(s) <= positions[-1])[None, None, :]
+        return cache_k, cache_v, midlayer_out(params, cfg, g[:, -1:], attention(q[:, -1:], cache_k, cache_v, mask))
+
+    def pick(h):
+        row = draft_logits(params, cfg, h)[0, 0]
+        best = jnp.argmax(row).astype(jnp.int32)
+        return best + d2t[best], jax.nn.softmax(row)[best], row
+
+    cache_k, cache_v, h = run(cache_k, cache_v, window_tokens, window,
+                              position - (w - 1) + jnp.arange(w, dtype=jnp.int32))
+    token, prob, row = pick(h)
+    init = (cache_k, cache_v, token, h, jnp.zeros(k, jnp.int32).at[0].set(token),
+            jnp.zeros(k, jnp.float32).at[0].set(prob), jnp.zeros((k, cfg.draft_vocab_size)).at[0].set(row))
+
+    def step(j, carry):
+        cache_k, cache_v, token, h, ids, qs, logits = carry
+        cache_k, cache_v, h = run(cache_k, cache_v, token[None, None], h, (position + j)[None])
+        token, prob, row = pick(h)
+        return cache_k, cache_v, token, h, ids.at[j].set(token), qs.at[j].set(prob), logits.at[j].set(row)
+
+    cache_k, cache_v, _, _, ids, qs, logits = jax.lax.fori_loop(1, k, step, init)
+    return ids, qs, logits, cache_k, cache_v
+
+
+# ---------------------------------------------------------------- training
+
+def eagle3_train_logits(params: dict, cfg: Eagle3Config, embed: jax.Array, features: jax.Array, tokens: jax.Array,
+                        steps: int = 1) -> jax.Array:
+    """Teacher-forced forward with training-time test (TTT) over `steps` draft steps: logits [B, steps, T, Vd].
+
+    features [B, T, F*Ht] (feature_layers concatenated), tokens [B, T], embed [V, H] (params["embed"] if
+    the drafter has its own, else the target's). logits[:, i, t] is step i of a draft started at row t:
+    step 0 reads (tokens[t+1], fc(features[t])) at position t; step i reads (tokens[t+1+i], step i-1's
+    output at t) at position t+i, attending to step-0 rows <= t and its own earlier steps at t, exactly
+    as propose() does after the anchor tokens[t+1]. Targets: eagle3_labels (tokens[t+2+i]).
+    """
+    b, t = tokens.shape
+    g = linear(features, params["fc"])
+    rows = jnp.arange(t)
+    positions = jnp.broadcast_to(rows, (b, t))
+    causal, diagonal = rows[:, None] >= rows[None, :], rows[:, None] == rows[None, :]
+    keys, values, out = [], [], []
+    for i in range(steps):
+        next_tokens = jnp.pad(tokens[:, 1 + i:], ((0, 0), (0, 1 + i)))
+        q, k, v = midlayer_qkv(params, cfg, embed[next_tokens].astype(jnp.float32), g, positions + i)
+        keys.append(k)
+        values.append(v)
+        mask = jnp.concatenate([causal] + [diagonal] * i, axis=-1)[None]
+        g = midlayer_out(params, cfg, g, attention(q, jnp.concatenate(keys, 2), jnp.concatenate(values, 2), mask))
+        out.append(draft_logits(params, cfg, g))
+    return jnp.stack(out, axis=1)
+
+
+def target_to_draft(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Inverse of d2t: [V] int32, the draft id of each target id or -1 when it is outside the draft vocab."""
+    t2d = np.full(vocab_size, -1, np.int32)
+    t2d[np.arange(len(d2t)) + np.asarray(d2t)] = np.arange(len(d2t), dtype=np.int32)
+    return t2d
+
+
+def eagle3_labels(tokens: jax.Array, t2d: jax.Array, steps: int = 1) -> tuple[jax.Array, jax.Array]:
+    """Targets of eagle3_train_logits: draft ids of tokens[t+2+i] [B, steps, T], valid where that token
+    exists and is in the draft vocab (t2d = target_to_draft(d2t, V))."""
+    t = tokens.shape[1]
+    idx = jnp.arange(t)[None, :] + 2 + jnp.arange(steps)[:, None]  # [steps, T]
+    labels = t2d[tokens[:, jnp.minimum(idx, t - 1)]]
+    valid = (idx < t)[None] & (labels >= 0)
+    return jnp.where(valid, labels, 0), valid
+
+
+# ---------------------------------------------------------------- the drafter
+
+class Eagle3Drafter:
+    """The engine-facing drafter: start / extend / propose over an Eagle3State.
+
+    extend() and propose() donate the cache buffers of the state they are given: keep only the state
+    they return.
+    """
+
+    name = "eagle3"
+
+    def __init__(self, target: Target, cfg: Eagle3Config, params: dict, d2t: np.ndarray, k: int | None = None,
+                 checkpoint: str | None = None):
+        d2t = np.asarray(d2t)
+        check_fit(cfg, params, d2t, target.cfg)
+        self.cfg, self.params, self.d2t = cfg, params, jnp.asarray(d2t, jnp.int32)
+        self.embed = params.get("embed", target.params["embed"])
+        self.k = check_k(DEFAULT_K if k is None else k, MAX_K, self.name)
+        self.feature_layers = cfg.feature_layers
+        self.checkpoint = checkpoint
+
+    def with_k(self, k: int) -> Eagle3Drafter:
+        """The same drafter (shared params) drafting k tokens per step."""
+        other = copy.copy(self)
+        other.k = check_k(k, MAX_K, self.name)
+        return other
+
+    def start(self, prompt_ids: np.ndarray, max_len: int) -> Eagle3State:
+        body = self.cfg.body
+        shape, dtype = (1, body.num_kv_heads, max_len, body.head_dim), self.params["fc"].dtype
+        window = jnp.zeros((1, self.k + 1, body.hidden_size), jnp.float32)
+        return Eagle3State(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), window, 0, 0,
+                           np.asarray(prompt_ids, np.int32))
+
+    def extend(self, state: Eagle3State, features: jax.Array, n_new: int) -> Eagle3State:
+        rows, room = features.shape[2], state.k.shape[2]
+        if not 0 <= n_new <= rows or state.length + rows > room:
+            raise DrafterError(f"extend: {n_new} of {rows} rows at context length {state.length} do not fit the "
+                               f"draft cache of {room} rows")
+        start = state.length
+        known = state.prompt[start + 1:start + 1 + min(rows, n_new)]  # next tokens of prompt rows
+        next_tokens = np.zeros((1, rows), np.int32)
+        next_tokens[0, :len(known)] = known
+        k, v, window = extend_rows(self.params, self.embed, state.k, state.v, state.window, features, next_tokens,
+                                   np.int32(start), np.int32(n_new), cfg=self.cfg, write_kv=len(known) > 0)
+        done = start + len(known) if state.done == start else state.done
+        return Eagle3State(k, v, window, start + int(n_new), done, state.prompt)
+
+    def propose(self, state: Eagle3State, tokens: list[int]) -> tuple[Proposal, Eagle3State]:
+        position, w = len(tokens) - 1, state.window.shape[1]
+        if state.length != position:
+            raise DrafterError(f"the draft context holds {state.length} rows but the anchor sits at position "
+                               f"{position}: extend() must cover every committed token before the anchor")
+        if position - state.done > w:
+            raise DrafterError(f"{position - state.done} feature rows arrived since the last propose; EAGLE-3 with "
+                               f"K={self.k} catches up at most {w}")
+        if position == 0:  # no target feature yet: nothing to draft from
+            return Proposal(np.zeros(self.k, np.int32), 0, np.zeros(self.k, np.float32)), state
+        next_ids = np.arange(position - w + 1, position + 1)  # rows p-W..p-1 read tokens p-W+1..p
+        window_tokens = np.asarray(tokens, np.int32)[np.maximum(next_ids, 0)][None]
+        ids, q, _, k, v = draft(self.params, self.embed, self.d2t, state.k, state.v, state.window, window_tokens,
+                                np.int32(position - 1), cfg=self.cfg, k=self.k)
+        return Proposal(np.asarray(ids), self.k, np.asarray(q)), replace(state, k=k, v=v, done=position)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+_PREFIX = ["midlayer."]
+
+
+def load_params(path: Path, cfg: Eagle3Config, dtype: str) -> tuple[dict, np.ndarray]:
+    """(params, d2t) from path/model.safetensors (EAGLE-3 names, optional `model.` prefix), shapes checked."""
+    tensors = read_tensors(path)
+    h, vd = cfg.body.hidden_size, cfg.draft_vocab_size
+    fc = tensors.get("fc.weight")
+    if fc is None or fc.ndim != 2 or fc.shape[0] != h:
+        raise DrafterError(f"EAGLE-3 fc.weight in {path} must be [{h}, F*H_target], got "
+                           f"{None if fc is None else list(fc.shape)}")
+    layer = jax.tree.map(lambda a: a[0], load_layers(tensors, _PREFIX, layer_shapes(cfg.body, 2 * h), dtype, path))
+    layer["hidden_norm"] = vector(expect_tensor(tensors, "midlayer.hidden_norm.weight", (h,), path))
+    params = {"fc": matrix(fc, dtype), "norm": vector(expect_tensor(tensors, "norm.weight", (h,), path)),
+              "lm_head": matrix(expect_tensor(tensors, "lm_head.weight", (vd, h), path), dtype), "layer": layer}
+    if "embed_tokens.weight" in tensors:
+        params["embed"] = jnp.asarray(np.asarray(tensors["embed_tokens.weight"], np.float32),
+                                      dtype=params["fc"].dtype)
+    d2t = np.asarray(tensors["d2t"], np.int64) if "d2t" in tensors else np.zeros(vd, np.int64)
+    if "d2t" not in tensors and vd != cfg.body.vocab_size:
+        raise DrafterError(f"EAGLE-3 checkpoint in {path} has a draft vocab of {vd} but no d2t map")
+    return params, d2t
+
+
+def save_eagle3(path: str | Path, cfg: Eagle3Config, params: dict, d2t: np.ndarray, dtype: str = "float32") -> Path:
+    """Write an EAGLE-3 checkpoint (config.json + model.safetensors, float32 or bfloat16; d2t int64)."""
+    layer = {k: v for k, v in params["layer"].items() if k != "hidden_norm"}
+    tensors = {"fc.weight": np.asarray(params["fc"], np.float32).T,
+               "norm.weight": np.asarray(params["norm"], np.float32),
+               "lm_head.weight": np.asarray(params["lm_head"], np.float32).T,
+               "midlayer.hidden_norm.weight": np.asarray(params["layer"]["hidden_norm"], np.float32),
+               "d2t": np.asarray(d2t, np.int64),
+               **layer_tensors(jax.tree.map(lambda a: a[None], layer), _PREFIX)}
+    if "embed" in params:
+        tensors["embed_tokens.weight"] = np.asarray(params["embed"], np.float32)
+    return save_checkpoint(path, config_json(cfg), tensors, dtype)
+
+
+def draft_vocab_map(token_counts: np.ndarray | None, draft_vocab_size: int) -> np.ndarray:
+    """d2t [Vd] int64 for the draft vocab: the most frequent target ids (ties: lower id) in id order, or,
+    without counts, ids 0..Vd-1 (byte-level BPE vocabularies list frequent merges first)."""
+    if token_counts is None:
+        return np.zeros(draft_vocab_size, np.int64)
+    chosen = np.sort(np.argsort(-np.asarray(token_counts), kind="stable")[:draft_vocab_size])
+    return (chosen - np.arange(draft_vocab_size)).astype(np.int64)
+
+
+def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_counts: np.ndarray | None = None,
+                seed: int = 0, intermediate_size: int | None = None,
+                feature_layers: tuple[int, ...] | None = None) -> tuple[Eagle3Config, dict, np.ndarray]:
+    """A randomly initialised EAGLE-3 drafter for `target`: (cfg, params, d2t).
+
+    draft_vocab_size defaults to the whole target vocab; token_counts [V] picks the draft vocab (see
+    draft_vocab_map). The midlayer copies the target's width, heads and RoPE; the embedding is shared.
+    """
+    t = target.cfg
+    vd = t.vocab_size if draft_vocab_size is None else int(draft_vocab_size)
+    if not 1 <= vd <= t.vocab_size:
+        raise DrafterError(f"draft_vocab_size must be in 1..{t.vocab_size}, got {vd}")
+    layers = tuple(feature_layers) if feature_layers is not None else default_feature_layers(t.num_layers)
+    body = replace(t, arch="llama", qk_norm=False, num_layers=1, tie_embeddings=False,
+                   intermediate_size=intermediate_size or t.intermediate_size)
+    cfg = Eagle3Config(body, vd, layers)
+    h, rng = t.hidden_size, np.random.default_rng(seed)
+    layer = jax.tree.map(lambda a: a[0], random_layers(rng, layer_shapes(body, 2 * h), 1, target.dtype))
+    layer["hidden_norm"] = jnp.ones(h, jnp.float32)
+    params = {"fc": random_matrix(rng, (len(layers) * h, h), target.dtype), "norm": jnp.ones(h, jnp.float32),
+              "lm_head": random_matrix(rng, (h, vd), target.dtype), "layer": layer}
+    d2t = draft_vocab_map(token_counts, vd)
+    check_fit(cfg, params, d2t, t)
+    return cfg, params, d2t
+
+
+def load(target: Target, path: str | Path | None = None, k: int | None = None, **options) -> Eagle3Drafter:
+    """An EAGLE-3 drafter from a checkpoint directory (None: the shipped SmolLM2-135M drafter)."""
+    if options:
+        raise DrafterError(f"eagle3 takes no options, got {sorted(options)}")
+    if path is None:
+        if not (DEFAULT_CHECKPOINT / "config.json").is_file():
+            raise DrafterError(f"no EAGLE-3 checkpoint shipped yet (expected {DEFAULT_CHECKPOINT}): train one with "
+                               "experiments/train_drafter.py or pass a checkpoint directory")
+        path = DEFAULT_CHECKPOINT
+    path = Path(path).expanduser()
+    cfg = config_from_json(read_config(path), target.cfg.num_layers)
+    check_hidden(cfg.body.hidden_size, target.cfg, "EAGLE-3")
+    check_layer_ids(cfg.feature_layers, target.cfg.num_layers, "EAGLE-3")
+    params, d2t = load_params(path, cfg, target.dtype)
+    return Eagle3Drafter(target, cfg, params, d2t, k=k, checkpoint=str(path))

@@ -1,0 +1,180 @@
+"""Helpers the model drafters (DFlash, EAGLE-3) share: target head sharing, decoder body configs,
+checkpoint tensors in Hugging Face layout <-> stacked [in, out] params, random init, features.
+
+Per-layer params use engine/weights.py's names and layout (matrices [in, out], norms float32):
+    attn_norm [H], wq [W, Nh*D], wk/wv [W, Nkv*D], wo [Nh*D, H], mlp_norm [H],
+    w_gate/w_up [H, I], w_down [I, H], (qk_norm) q_norm/k_norm [D]
+with W the attention input width (H for DFlash, 2H for EAGLE-3's midlayer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from ..config import CheckpointError, ModelConfig, config_from_hf, read_json
+from ..model import lm_head
+from ..weights import DTYPES, LAYER_KEYS
+from .base import DrafterError
+
+INIT_STD = 0.02  # Hugging Face initializer_range
+
+
+def shared_head(target_params: dict) -> dict:
+    """The target's frozen embedding [V, H] and LM head [H, V] (absent when tied) that drafters reuse."""
+    return {k: target_params[k] for k in ("embed", "lm_head") if k in target_params}
+
+
+def head_logits(head: dict, h: jax.Array) -> jax.Array:
+    """Final-normed hidden [..., H] -> target-vocab logits [..., V] through the shared target head."""
+    return lm_head(head, h)
+
+
+def concat_features(features: jax.Array) -> jax.Array:
+    """Target features [F, B, T, H] (capture order) -> [B, T, F*H], each row concatenated in that order."""
+    f, b, t, h = features.shape
+    return jnp.moveaxis(features, 0, 2).reshape(b, t, f * h)
+
+
+def body_config(hf: dict, arch: str, what: str) -> ModelConfig:
+    """A drafter's decoder shape from its config.json; `arch` "qwen3" (q/k norms) or "llama" (none)."""
+    try:
+        return config_from_hf({**hf, "model_type": arch, "architectures": []})
+    except CheckpointError as e:
+        raise DrafterError(f"{what} config: {e}") from None
+
+
+def body_json(body: ModelConfig) -> dict:
+    """The Hugging Face config.json fields of a decoder shape (inverse of body_config)."""
+    out = {"hidden_size": body.hidden_size, "intermediate_size": body.intermediate_size,
+           "num_hidden_layers": body.num_layers, "num_attention_heads": body.num_heads,
+           "num_key_value_heads": body.num_kv_heads, "head_dim": body.head_dim, "rms_norm_eps": body.rms_eps,
+           "rope_theta": body.rope_theta, "max_position_embeddings": body.max_position,
+           "vocab_size": body.vocab_size, "hidden_act": "silu", "attention_bias": False}
+    if body.rope_scaling:
+        out["rope_scaling"] = dict(body.rope_scaling)
+    return out
+
+
+def layer_shapes(body: ModelConfig, in_width: int) -> dict[str, tuple[int, ...]]:
+    """Our per-layer param name -> [in, out] shape, for attention input width `in_width`."""
+    h, i, d = body.hidden_size, body.intermediate_size, body.head_dim
+    shapes = {"attn_norm": (h,), "wq": (in_width, body.num_heads * d), "wk": (in_width, body.num_kv_heads * d),
+              "wv": (in_width, body.num_kv_heads * d), "wo": (body.num_heads * d, h), "mlp_norm": (h,),
+              "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h)}
+    if body.qk_norm:
+        shapes |= {"q_norm": (d,), "k_norm": (d,)}
+    return shapes
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of path/model.safetensors, with a leading `model.` prefix removed from names."""
+    file = path / "model.safetensors"
+    if not file.is_file():
+        raise DrafterError(f"no model.safetensors in {path}")
+    try:
+        with safe_open(str(file), framework="np") as f:
+            return {k.removeprefix("model."): f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise DrafterError(f"cannot read {file}: {e}") from None
+
+
+def read_config(path: Path) -> dict:
+    """path/config.json as a dict (DrafterError when missing or malformed)."""
+    try:
+        return read_json(path / "config.json")
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from None
+
+
+def expect_tensor(tensors: dict[str, np.ndarray], name: str, shape: tuple[int, ...], path: Path) -> np.ndarray:
+    """The HF tensor `name`, checked against its expected [out, in] shape."""
+    if name not in tensors:
+        raise DrafterError(f"tensor {name!r} missing from {path}/model.safetensors")
+    a = tensors[name]
+    if tuple(a.shape) != tuple(shape):
+        raise DrafterError(f"tensor {name!r} in {path} has shape {list(a.shape)}, the config implies {list(shape)}")
+    return a
+
+
+def matrix(a: np.ndarray, dtype: str) -> jax.Array:
+    """HF [out, in] weight -> our [in, out] matrix in `dtype`."""
+    return jnp.asarray(np.asarray(a, np.float32).T, dtype=DTYPES[dtype])
+
+
+def vector(a: np.ndarray) -> jax.Array:
+    return jnp.asarray(np.asarray(a, np.float32))
+
+
+def load_layers(tensors: dict, prefixes: Iterable[str], shapes: dict[str, tuple[int, ...]], dtype: str,
+                path: Path) -> dict:
+    """Stacked layer params [len(prefixes), ...] from HF tensors named `{prefix}{suffix}`."""
+    out = {}
+    for name, shape in shapes.items():
+        suffix, transposed = LAYER_KEYS[name]
+        hf_shape = shape[::-1] if transposed else shape
+        rows = [expect_tensor(tensors, f"{p}{suffix}", hf_shape, path) for p in prefixes]
+        out[name] = jnp.stack([matrix(r, dtype) if transposed else vector(r) for r in rows])
+    return out
+
+
+def layer_tensors(layers: dict, prefixes: list[str]) -> dict[str, np.ndarray]:
+    """Inverse of load_layers: stacked params -> HF-named float32 [out, in] tensors."""
+    out = {}
+    for name, stacked in layers.items():
+        suffix, transposed = LAYER_KEYS[name]
+        for i, p in enumerate(prefixes):
+            a = np.asarray(stacked[i], np.float32)
+            out[f"{p}{suffix}"] = a.T if transposed else a
+    return out
+
+
+def random_layers(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], n: int, dtype: str) -> dict:
+    """Stacked random layers [n, ...]: matrices N(0, 0.02), norms ones."""
+    return {name: random_matrix(rng, (n, *shape), dtype) if len(shape) == 2 else jnp.ones((n, *shape), jnp.float32)
+            for name, shape in shapes.items()}
+
+
+def random_matrix(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> jax.Array:
+    return jnp.asarray(rng.normal(0.0, INIT_STD, shape).astype(np.float32), dtype=DTYPES[dtype])
+
+
+def save_checkpoint(path: str | Path, config: dict, tensors: dict[str, np.ndarray], dtype: str) -> Path:
+    """Write config.json + model.safetensors; float tensors stored as `dtype` ("float32" or "bfloat16")."""
+    if dtype not in DTYPES:
+        raise DrafterError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    store = np.dtype(DTYPES[dtype])
+    cast = {k: np.ascontiguousarray(v.astype(store) if np.issubdtype(v.dtype, np.floating) else v)
+            for k, v in tensors.items()}
+    save_file(cast, str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}, indent=2) + "\n")
+    return path
+
+
+def check_layer_ids(ids: tuple[int, ...], num_target_layers: int, what: str) -> None:
+    """Feature layer ids (OUTPUT convention, -1 = embeddings) must name layers of the target."""
+    bad = [i for i in ids if not -1 <= i < num_target_layers]
+    if bad:
+        raise DrafterError(f"{what} reads target layers {bad}, outside -1..{num_target_layers - 1} of the "
+                           f"{num_target_layers}-layer target")
+
+
+def check_hidden(drafter_hidden: int, target: ModelConfig, what: str) -> None:
+    if drafter_hidden != target.hidden_size:
+        raise DrafterError(f"{what} hidden_size is {drafter_hidden} but the target's is {target.hidden_size}: "
+                           "the drafter shares the target's embedding, so they must match")
+
+
+def check_fc(fc_in: int, n_features: int, target: ModelConfig, what: str) -> None:
+    if fc_in != n_features * target.hidden_size:
+        raise DrafterError(f"{what} fc takes {fc_in} inputs but {n_features} target features of width "
+                           f"{target.hidden_size} give {n_features * target.hidden_size}")

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The prepared run for a lent GPU machine: self-distilled data, DFlash and EAGLE-3 training, K-Flat
+# sweeps and a short lossless bench, each phase time-boxed so the script ends inside one 10-minute
+# call. Inputs carried from the dev machine: .dev/gguf.part-* (the embedded GGUF split in two: a call
+# carries at most 64 MiB, so part-aa travels in a first `stage` call and waits in /tmp), .dev/tok
+# (tokenizer saved with save_pretrained), .dev/prompts.jsonl, .dev/bench.jsonl, .whl/ (gguf wheel).
+# Output: $OUT/result.tgz.part-* (checkpoints, training.json, K-Flat and bench JSONL, log).
+# Sizes come from the environment (defaults: the H200 run), so the same script dry-runs on a CPU.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+: "${SAMPLES:=16000}" "${GEN_BATCH:=512}" "${MAX_NEW:=256}" "${BATCH:=32}" "${SEQ:=384}" "${ANCHORS:=32}"
+: "${DFLASH_MIN:=2.6}" "${EAGLE_MIN:=1.7}" "${KS:=1,2,4,8,16,32,64,128,256,512,1024}" "${BENCH_NEW:=128}"
+: "${OUT:=/tmp/out}" "${PY:=python3}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+R=/tmp/result; mkdir -p "$R" "$OUT"
+cp -n .dev/gguf.part-* /tmp/ 2>/dev/null
+if [ "${1:-}" = stage ]; then  # first call: park part-aa, check the stack
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    $PY -c "import jax, flax, optax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$R/gpu.txt"
+  $PY -m pytest -q -x -p no:cacheprovider tests/test_verify.py 2>&1 | tail -3
+  exit 0
+fi
+cat /tmp/gguf.part-* > /tmp/smol.gguf
+T=(--target /tmp/smol.gguf --tokenizer .dev/tok)
+TRAIN=($PY -m experiments.train_drafter "${T[@]}" --data /tmp/data.npz --out "$R/ckpt" --work /tmp/work
+       --batch "$BATCH" --seq-len "$SEQ" --anchors "$ANCHORS" --steps 100000 --save-every 100000)
+step() { local secs=$1 t0=$SECONDS; shift; echo "== $* (<= ${secs}s)"; timeout "$secs" "$@"; echo "== rc $? in $((SECONDS - t0)) s"; }
+{
+step 120 "${TRAIN[@]}" --drafter none --prompts .dev/prompts.jsonl --samples "$SAMPLES" --gen-batch "$GEN_BATCH" \
+  --max-new "$MAX_NEW"
+step 200 "${TRAIN[@]}" --drafter dflash --max-minutes "$DFLASH_MIN"
+step 135 "${TRAIN[@]}" --drafter eagle3 --max-minutes "$EAGLE_MIN"
+for dt in float32 bfloat16; do
+  step 35 $PY -m engine.kflat "${T[@]}" --dtype $dt --ks "$KS" --context 256 --json > "$R/kflat_gpu_$dt.jsonl"
+done
+step 30 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter ar --max-new-tokens "$BENCH_NEW" \
+  --json > "$R/bench_ar.jsonl"
+step 40 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter "$R/ckpt/smollm2-135m-dflash" \
+  --max-new-tokens "$BENCH_NEW" --json --check-lossless > "$R/bench_dflash.jsonl"
+} 2>&1 | tee "$R/log.txt"
+cp /tmp/data.npz "$R/" 2>/dev/null
+tar czf - -C /tmp result | split -b 15000000 - "$OUT/result.tgz.part-"
+ls -la "$OUT"

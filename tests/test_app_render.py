@@ -1,0 +1,145 @@
+"""Block view HTML and Plotly figures from hand-made traces (no model, fast)."""
+
+from __future__ import annotations
+
+import re
+
+import plotly.graph_objects as go
+import pytest
+
+from app import plots
+from app.render import LiveView, block_view, run_html, stats_html, step_html
+
+# Step 0: drafted 3, accepted 1 -> 'Hello' accepted, '<script>' and 'a&b' rejected, bonus ' world'.
+STEP0 = {
+    "index": 0, "position": 9, "drafted": [11, 12, 13], "accepted": 1, "bonus": 21,
+    "p": [0.9, 0.05, 0.01], "q": [0.8, 0.7, 0.6],
+    "top5_ids": [[11, 1, 2, 3, 4], [21, 12, 5, 6, 7], [8, 9, 13, 10, 1], [1, 2, 3, 4, 5]],
+    "top5_p": [[0.9, 0.05, 0.02, 0.01, 0.01], [0.6, 0.05, 0.04, 0.03, 0.02], [0.5, 0.2, 0.01, 0.01, 0.01],
+               [0.2, 0.2, 0.2, 0.2, 0.2]],
+    "emitted": [11, 21], "draft_ms": 1.0, "verify_ms": 30.0,
+    "drafted_text": ["Hello", "<script>alert(1)</script>", "a&b"], "bonus_text": " world",
+    "top5_text": [["Hello", "Hi", "Hey", "Yo", "So"], [" world", "<b>", "x", "y", "z"],
+                  ["p", "q", "a&b", "r", "s"], ["1", "2", "3", "4", "5"]],
+}
+# Step 1: everything accepted, then a bonus.
+STEP1 = {
+    "index": 1, "position": 11, "drafted": [31, 32], "accepted": 2, "bonus": 33,
+    "p": [0.99, 0.98], "q": [1.0, 1.0], "top5_ids": [[31], [32], [33]], "top5_p": [[0.99], [0.98], [0.97]],
+    "emitted": [31, 32, 33], "draft_ms": 1.0, "verify_ms": 31.0,
+    "drafted_text": ["!", "\n"], "bonus_text": "Bye", "top5_text": [["!"], ["\n"], ["Bye"]],
+}
+
+
+def spans(html: str, cls: str) -> list[str]:
+    return re.findall(rf'<span class="tok {cls}[^"]*" title="([^"]*)"[^>]*>([^<]*)</span>', html)
+
+
+def test_classes_for_accepted_rejected_and_bonus():
+    html = step_html(STEP0)
+    assert [t for _, t in spans(html, "acc")] == ["Hello"]
+    assert [t for _, t in spans(html, "rej")] == ["&lt;script&gt;alert(1)&lt;/script&gt;", "a&amp;b"]
+    assert [t for _, t in spans(html, "bonus")] == [" world"]
+    assert html.index("tok acc") < html.index("tok rej") < html.index("tok bonus")
+    assert 'data-step="0" data-pos="1"' in html and 'data-step="0" data-pos="2"' in html
+
+
+def test_markup_is_escaped_everywhere():
+    html = block_view([STEP0, STEP1], prompt="<script>alert('x')</script> & <b>bold</b>")
+    assert "<script" not in html and "<b>" not in html.replace("<b>prompt</b>", "")
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+    assert "a&amp;b" in html
+    # titles are attribute-escaped too: the '<b>' top-5 candidate must not open a tag
+    assert "&#x27;&lt;b&gt;&#x27;" in html
+
+
+def test_titles_show_p_q_and_top5():
+    (title, _), = [s for s in spans(step_html(STEP0), "rej") if "a&amp;b" in s[1]]
+    assert "rejected" in title and "p (target) = 0.0100" in title and "q (drafter) = 0.6000" in title
+    assert "target top-5: &#x27;p&#x27; 0.500 | &#x27;q&#x27; 0.200 | &#x27;a&amp;b&#x27; 0.010" in title
+    (first, _), = [s for s in spans(step_html(STEP0), "rej") if "script" in s[1]]
+    assert "first rejection" in first
+    (bonus, _), = spans(step_html(STEP0), "bonus")
+    assert "p (target) = 0.6000" in bonus and "&#x27; world&#x27; 0.600" in bonus
+
+
+def test_steps_are_separated_and_newlines_visible():
+    html = block_view([STEP0, STEP1])
+    assert html.count('<span class="ds-step"') == 2
+    assert [t for _, t in spans(html, "acc")] == ["Hello", "!", "↵\n"]
+    assert [t for _, t in spans(html, "bonus")] == [" world", "Bye"]
+    assert "no steps yet" in block_view([])
+
+
+def test_live_view_only_appends_while_running():
+    view = LiveView("<p>")
+    first = view.html([STEP0])
+    second = view.html([STEP0, STEP1])
+    final = view.html([STEP0, STEP1], done=True)
+    assert second.startswith(first) and final.startswith(second)  # Gradio then streams only the new part
+    assert final == block_view([STEP0, STEP1], prompt="<p>")
+
+
+def test_clickable_and_annotated_tokens():
+    html = step_html(STEP0, clickable=True, annotated=[(0, 2)])
+    assert 'data-pick="0:1"' in html and 'data-pick="0:2"' in html
+    assert re.search(r'class="tok rej pick ann"[^>]*data-pos="2"', html)
+    assert "data-pick" not in step_html(STEP0)
+
+
+def test_cut_tokens_and_no_bonus_when_output_ended():
+    step = dict(STEP1, emitted=[31])  # EOS / token limit right after the first accepted draft
+    html = step_html(step)
+    assert len(spans(html, "acc cut")) == 1 and not spans(html, "bonus")
+
+
+def test_stats_and_run_html():
+    stats = {"tau": 2.5, "acceptance_rate": 0.6, "tok_per_s": 40.0, "n_steps": 2, "n_generated": 5, "drafted": 5,
+             "accepted": 3, "compiles": 0, "stop_reason": "eos"}
+    assert "speedup" not in stats_html(stats)
+    table = stats_html(stats, 1.5, "vs <ar>")
+    assert "2.50" in table and "1.50×" in table and "&lt;ar&gt;" in table
+    run = {"run_id": "r1", "status": "done", "settings": {"drafter": "ngram", "k": 3, "temperature": 0.0},
+           "stats": stats, "steps": [STEP0], "prompt": "<i>hi</i>", "lossless": True}
+    html = run_html(run)
+    assert "lossless vs ar: True" in html and "&lt;i&gt;hi&lt;/i&gt;" in html and "tok rej" in html
+
+
+SWEEP = [{"k": 1, "verify_ms": 20.0, "draft_ms": 1.0}, {"k": 2, "verify_ms": 22.0, "draft_ms": 1.0},
+         {"k": 4, "verify_ms": 30.0, "draft_ms": 2.0}, {"k": 8, "verify_ms": 60.0, "draft_ms": 2.0}]
+
+
+def test_kflat_figure_log_x_with_draft_traces():
+    fig = plots.kflat_figure({"cpu": SWEEP, "gpu": [dict(r, draft_ms=None) for r in SWEEP]})
+    assert isinstance(fig, go.Figure) and fig.layout.xaxis.type == "log"
+    names = [t.name for t in fig.data]
+    assert names == ["verify · cpu", "draft · cpu", "verify · gpu"]
+    assert list(fig.data[0].x) == [1, 2, 4, 8] and list(fig.data[0].y) == [20.0, 22.0, 30.0, 60.0]
+
+
+def test_predicted_speedup_and_best_k():
+    survival = [0.8, 0.6, 0.4, 0.2]
+    pred = plots.predict_speedup(SWEEP, survival)
+    assert [p["k"] for p in pred] == [1, 2, 4]  # K=8 is beyond the measured block length
+    assert pred[0]["tau"] == pytest.approx(1.8) and pred[0]["cost"] == pytest.approx(21 / 20)
+    assert pred[2]["speedup"] == pytest.approx(3.0 / (32 / 20))
+    fig = plots.speedup_figure({"cpu": SWEEP}, survival, "ngram")
+    curve, best = fig.data
+    assert list(curve.x) == [1, 2, 4]
+    assert best.marker.symbol == "star" and list(best.x) == [max(pred, key=lambda p: p["speedup"])["k"]]
+
+
+def test_acceptance_figures():
+    pos = [{"drafter": "ngram", "suite": None, "k": 4, "temperature": 0.0, "i": i, "survival": s,
+            "conditional_acceptance": c, "n_steps": 10} for i, s, c in [(1, 0.5, 0.5), (2, 0.25, 0.5)]]
+    fig = plots.position_figure(pos, "survival", "Survival")
+    assert len(fig.data) == 1 and list(fig.data[0].y) == [0.5, 0.25] and "ngram" in fig.data[0].name
+    lengths = [{"drafter": "ngram", "suite": "gsm8k", "k": 4, "temperature": 0.0, "accepted": a, "n_steps": n}
+               for a, n in [(0, 6), (1, 2), (4, 2)]]
+    hist = plots.length_histogram(lengths)
+    assert hist.data[0].type == "bar" and list(hist.data[0].y) == [0.6, 0.2, 0.2]
+    calib = plots.calibration_figure([{"drafter": "dflash", "bin": 9, "q_mean": 0.95, "acceptance": 0.7, "n": 40},
+                                      {"drafter": "dflash", "bin": 2, "q_mean": 0.25, "acceptance": 0.2, "n": 10}])
+    assert [t.name for t in calib.data] == ["perfectly calibrated", "dflash"]
+    assert list(calib.data[1].x) == [0.25, 0.95]
+    assert plots.position_figure([], "survival", "S").layout.annotations[0].text.startswith("no stored steps")

@@ -1,0 +1,431 @@
+"""Tests for engine/drafters/dflash.py: layer-index convention, block layout and RoPE positions, context
+cache growth after every accepted length, checkpoints and loader errors, parity with an independent NumPy
+implementation of dflash.md section 2.1, training/inference agreement, and losslessness through the engine."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import engine
+from engine.cache import init_cache
+from engine.config import ModelConfig
+from engine.drafters import DrafterError, dflash, load_drafter
+from engine.drafters.dflash import (
+    DFlashDrafter,
+    block_tokens,
+    default_target_layer_ids,
+    dflash_labels,
+    dflash_train_logits,
+    draft,
+    init_dflash,
+    save_dflash,
+)
+from engine.drafters.layers import concat_features
+from engine.model import forward
+from engine.target import Target
+from engine.weights import build_params, load_hf_dir
+from tests.prompts import LOSSLESS_PROMPTS
+
+VOCAB, HIDDEN, LAYERS, MASK = 96, 32, 8, 95
+BLOCK, K = 6, 4
+
+
+# ---------------------------------------------------------------- tiny random targets and drafters
+
+def tiny_target(seed: int = 0) -> Target:
+    """A random 8-layer Llama target (tied embeddings) in engine/weights.py's params layout."""
+    cfg = ModelConfig(arch="llama", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_layers=LAYERS,
+                      num_heads=4, num_kv_heads=2, head_dim=8, rms_eps=1e-5, rope_theta=10000.0, max_position=512,
+                      tie_embeddings=True)
+    rng = np.random.default_rng(seed)
+    shapes = {"q_proj": (32, HIDDEN), "k_proj": (16, HIDDEN), "v_proj": (16, HIDDEN), "o_proj": (HIDDEN, 32),
+              "gate_proj": (64, HIDDEN), "up_proj": (64, HIDDEN), "down_proj": (HIDDEN, 64)}
+
+    def get(name: str) -> np.ndarray:
+        if name == "model.embed_tokens.weight":
+            return rng.normal(0, 1, (VOCAB, HIDDEN)).astype(np.float32)
+        if name.endswith("norm.weight"):
+            return (1 + 0.1 * rng.normal(size=HIDDEN)).astype(np.float32)
+        return rng.normal(0, 0.2, shapes[name.split(".")[-2]]).astype(np.float32)
+
+    return Target(cfg, build_params(cfg, get, "float32"), None, Path("tiny"), "float32", (), "tiny")
+
+
+def scramble(params: dict, seed: int) -> dict:
+    """Non-trivial random weights (init's N(0, 0.02) makes every draft the mask token): matrices
+    N(0, 1/fan_in), norms 1 + N(0, 0.2)."""
+    rng = np.random.default_rng(seed)
+
+    def one(path, a):
+        if "norm" in jax.tree_util.keystr(path):
+            return jnp.asarray(1 + 0.2 * rng.normal(size=a.shape), a.dtype)
+        return jnp.asarray(rng.normal(0, a.shape[-2] ** -0.5, a.shape), a.dtype)
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+def target_features(target: Target, ids, capture) -> jax.Array:
+    """Target features [F, 1, T, H] of ids from position 0 (run padded to 64 tokens: one compile)."""
+    padded = np.zeros((1, 64), np.int32)
+    padded[0, :len(ids)] = ids
+    _, feats, _ = forward(target.params, init_cache(target.cfg, 1, 64), jnp.asarray(padded),
+                          jnp.asarray([0], jnp.int32), cfg=target.cfg, capture=tuple(capture), with_logits=False)
+    return feats[:, :, :len(ids)]
+
+
+def prefill(drafter, ids, chunk: int = 8, max_len: int = 256, seed: int = 0):
+    """Drafter state after the engine's prefill of ids[:-1], in padded chunks whose extra rows are noise."""
+    feats = target_features(TARGET, ids[:-1], drafter.feature_layers)
+    rng = np.random.default_rng(seed)
+    state = drafter.start(np.asarray(ids), max_len)
+    for lo in range(0, len(ids) - 1, chunk):
+        rows = feats[:, :, lo:lo + chunk]
+        noise = rng.normal(size=(*rows.shape[:2], chunk - rows.shape[2], rows.shape[3])).astype(np.float32)
+        state = drafter.extend(state, jnp.concatenate([rows, noise], axis=2), rows.shape[2])
+    return state
+
+
+def copy_state(state):
+    return replace(state, k=jnp.copy(state.k), v=jnp.copy(state.v))
+
+
+def random_ids(n: int, seed: int) -> list[int]:
+    return [int(i) for i in np.random.default_rng(seed).integers(0, MASK, n)]
+
+
+TARGET = tiny_target()
+
+
+@pytest.fixture(scope="module")
+def drafter() -> DFlashDrafter:
+    cfg, params = init_dflash(TARGET, num_layers=2, block_size=BLOCK, target_layer_ids=(1, 3, 6), mask_token_id=MASK)
+    return DFlashDrafter(TARGET, cfg, scramble(params, 1), k=K)
+
+
+# ---------------------------------------------------------------- conventions and layout
+
+def test_feature_id_is_output_of_layer_like_hf_hidden_states(tmp_path):
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf_cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         rms_norm_eps=1e-5, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    LlamaForCausalLM(hf_cfg).eval().save_pretrained(tmp_path)
+    ids = [[1, 5, 7, 9, 3, 2]]
+    with torch.no_grad():
+        hidden = LlamaForCausalLM.from_pretrained(tmp_path)(torch.tensor(ids), output_hidden_states=True).hidden_states
+    cfg, params = load_hf_dir(tmp_path, "float32")
+    capture = (-1, 0, 1, 2, 3)
+    _, feats, _ = forward(params, init_cache(cfg, 1, 16), jnp.asarray(ids, jnp.int32), jnp.asarray([0], jnp.int32),
+                          cfg=cfg, capture=capture)
+    for i, layer in enumerate(capture[:-1]):  # id L == HF hidden_states[L + 1]
+        np.testing.assert_allclose(np.asarray(feats[i, 0]), hidden[layer + 1][0].numpy(), atol=1e-5)
+    # HF's last entry is after the final norm; ours is the raw output of the last layer
+    from engine.model import rms_norm
+    np.testing.assert_allclose(np.asarray(rms_norm(feats[-1], params["norm"], cfg.rms_eps)[0]),
+                               hidden[4][0].numpy(), atol=1e-5)
+
+
+def test_default_target_layer_ids_follow_the_reference_formula():
+    assert default_target_layer_ids(36, 5) == (1, 9, 17, 25, 33)
+    assert default_target_layer_ids(32, 4) == (1, 10, 20, 29)
+    assert default_target_layer_ids(32, 1) == (16,)
+    cfg, _ = init_dflash(TARGET, num_layers=3, block_size=4, mask_token_id=MASK)
+    assert cfg.target_layer_ids == default_target_layer_ids(LAYERS, 3) == (1, 3, 5)
+
+
+def test_block_is_anchor_then_masks_at_positions_p_onwards(drafter):
+    ids, positions = block_tokens(drafter.cfg, jnp.int32(7), jnp.int32(11))
+    assert ids.tolist() == [7] + [MASK] * (BLOCK - 1)
+    assert positions.tolist() == list(range(11, 11 + BLOCK))
+
+
+def test_context_keys_are_rotated_at_absolute_positions(drafter):
+    ids = random_ids(22, seed=2)
+    state = prefill(drafter, ids, chunk=8)  # 21 context rows in chunks 8, 8, 5 (+3 noise rows)
+    assert state.length == 21
+    p, body = drafter.params, drafter.cfg.body
+    feats = np.asarray(concat_features(target_features(TARGET, ids[:-1], drafter.feature_layers)))[0]
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + body.rms_eps) * w
+
+    c = rms(feats @ np.asarray(p["fc"]), np.asarray(p["hidden_norm"]))
+    inv = 1.0 / body.rope_theta ** (np.arange(0, body.head_dim, 2) / body.head_dim)
+    ang = np.arange(21)[:, None, None] * inv
+    for layer in range(body.num_layers):
+        k = rms((c @ np.asarray(p["layers"]["wk"][layer])).reshape(21, body.num_kv_heads, body.head_dim),
+                np.asarray(p["layers"]["k_norm"][layer]))
+        k1, k2 = np.split(k, 2, axis=-1)
+        rotated = np.concatenate([k1 * np.cos(ang) - k2 * np.sin(ang), k2 * np.cos(ang) + k1 * np.sin(ang)], -1)
+        np.testing.assert_allclose(np.asarray(state.k[layer, 0, :, :21]).transpose(1, 0, 2), rotated, atol=1e-4)
+
+
+# ---------------------------------------------------------------- cache growth after a verify step
+
+def test_context_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
+    ids = random_ids(30, seed=3)
+    p = len(ids) - 1
+    state = prefill(drafter, ids)
+    proposal, after = drafter.propose(state, ids)
+    assert after is state and proposal.n == K and proposal.ids.shape == (K,)
+    drafts = [int(t) for t in proposal.ids]
+    block_feats = target_features(TARGET, ids + drafts, drafter.feature_layers)[:, :, p:]  # rows p..p+K
+    for accepted in range(K + 1):
+        bonus = (drafts[accepted] + 1) % MASK if accepted < K else 5
+        committed = ids + drafts[:accepted] + [bonus]
+        grown = drafter.extend(copy_state(state), block_feats, accepted + 1)
+        assert grown.length == p + accepted + 1 == len(committed) - 1
+        got, _ = drafter.propose(grown, committed)
+        want, _ = drafter.propose(prefill(drafter, committed, chunk=16), committed)
+        assert got.ids.tolist() == want.ids.tolist(), accepted
+        np.testing.assert_allclose(got.q, want.q, atol=1e-5)
+
+
+def test_propose_refuses_a_context_out_of_step_with_the_tokens(drafter):
+    ids = random_ids(12, seed=4)
+    with pytest.raises(DrafterError, match="anchor sits at position"):
+        drafter.propose(prefill(drafter, ids), ids + [3])
+
+
+def test_with_k_shares_params_and_drafts_a_prefix(drafter):
+    ids = random_ids(15, seed=5)
+    full = drafter.with_k(BLOCK - 1)
+    assert full.params is drafter.params and drafter.k == K
+    long, _ = full.propose(prefill(full, ids), ids)
+    short, _ = drafter.propose(prefill(drafter, ids), ids)
+    assert long.ids[:K].tolist() == short.ids.tolist()  # the whole block runs whatever K is
+    with pytest.raises(DrafterError, match="K for drafter"):
+        drafter.with_k(BLOCK)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def test_checkpoint_round_trip(tmp_path, drafter):
+    save_dflash(tmp_path / "f32", drafter.cfg, drafter.params)
+    conf = json.loads((tmp_path / "f32" / "config.json").read_text())
+    assert conf["architectures"] == ["DFlashDraftModel"] and conf["block_size"] == BLOCK
+    assert conf["dflash_config"] == {"mask_token_id": MASK, "target_layer_ids": [1, 3, 6]}
+    assert load_file(tmp_path / "f32" / "model.safetensors")["fc.weight"].shape == (HIDDEN, 3 * HIDDEN)
+    loaded = load_drafter(tmp_path / "f32", TARGET, k=K)  # registry dispatch by architecture
+    assert isinstance(loaded, DFlashDrafter) and loaded.cfg == drafter.cfg
+    assert loaded.checkpoint == str(tmp_path / "f32") and loaded.feature_layers == (1, 3, 6)
+    ids = random_ids(20, seed=6)
+    a, _ = drafter.propose(prefill(drafter, ids), ids)
+    b, _ = loaded.propose(prefill(loaded, ids), ids)
+    assert a.ids.tolist() == b.ids.tolist()
+    np.testing.assert_array_equal(a.q, b.q)
+
+    save_dflash(tmp_path / "bf16", drafter.cfg, drafter.params, dtype="bfloat16")
+    assert str(load_file(tmp_path / "bf16" / "model.safetensors")["fc.weight"].dtype) == "bfloat16"
+    rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), drafter.params)
+    loaded = dflash.load(TARGET, tmp_path / "bf16")
+    assert loaded.k == BLOCK - 1
+    jax.tree.map(np.testing.assert_array_equal, loaded.params, rounded)
+
+
+def _break(conf: dict, tensors: dict, how: str) -> None:
+    if how == "missing mask id":
+        del conf["dflash_config"]["mask_token_id"]
+    elif how == "missing layer ids":
+        del conf["dflash_config"]["target_layer_ids"]
+    elif how == "wrong fc width":
+        tensors["fc.weight"] = tensors["fc.weight"][:, :2 * HIDDEN]
+    elif how == "wrong hidden size":
+        conf["hidden_size"] = 48
+    elif how == "wrong vocab":
+        conf["vocab_size"] = VOCAB + 4
+    elif how == "mask id outside vocab":
+        conf["dflash_config"]["mask_token_id"] = VOCAB
+    elif how == "layer id out of range":
+        conf["dflash_config"]["target_layer_ids"] = [1, 3, LAYERS]
+    elif how == "other target depth":
+        conf["num_target_layers"] = 12
+    elif how == "missing tensor":
+        del tensors["layers.1.mlp.up_proj.weight"]
+    elif how == "wrong architecture":
+        conf["architectures"] = ["LlamaForCausalLM"]
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("missing mask id", "no mask_token_id"), ("missing layer ids", "no target_layer_ids"),
+    ("wrong fc width", "fc takes 64 inputs"), ("wrong hidden size", "hidden_size is 48"),
+    ("wrong vocab", "vocab of 100"), ("mask id outside vocab", "mask_token_id 96 is outside"),
+    ("layer id out of range", r"target layers \[8\]"), ("other target depth", "12-layer target"),
+    ("missing tensor", "layers.1.mlp.up_proj.weight"), ("wrong architecture", "expected DFlashDraftModel"),
+])
+def test_loader_errors_say_what_does_not_fit(tmp_path, drafter, how, message):
+    save_dflash(tmp_path, drafter.cfg, drafter.params)
+    conf = json.loads((tmp_path / "config.json").read_text())
+    tensors = load_file(tmp_path / "model.safetensors")
+    _break(conf, tensors, how)
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(DrafterError, match=message):
+        dflash.load(TARGET, tmp_path)
+
+
+def test_loader_accepts_top_level_fields_and_model_prefix(tmp_path, drafter):
+    save_dflash(tmp_path, drafter.cfg, drafter.params)
+    conf = json.loads((tmp_path / "config.json").read_text())
+    conf |= conf.pop("dflash_config")
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    tensors = load_file(tmp_path / "model.safetensors")
+    save_file({f"model.{k}": v for k, v in tensors.items()}, tmp_path / "model.safetensors")
+    assert dflash.load(TARGET, tmp_path).cfg == drafter.cfg
+
+
+def test_missing_default_checkpoint_and_bad_k(tmp_path, monkeypatch, drafter):
+    monkeypatch.setattr(dflash, "DEFAULT_CHECKPOINT", tmp_path / "absent")
+    with pytest.raises(DrafterError, match="no DFlash checkpoint shipped yet"):
+        load_drafter("dflash", TARGET)
+    save_dflash(tmp_path / "ok", drafter.cfg, drafter.params)
+    with pytest.raises(DrafterError, match="K for drafter"):
+        dflash.load(TARGET, tmp_path / "ok", k=0)
+    with pytest.raises(DrafterError, match="no options"):
+        dflash.load(TARGET, tmp_path / "ok", window=3)
+
+
+# ---------------------------------------------------------------- parity with an independent NumPy forward
+
+def numpy_dflash_logits(path: Path, embed: np.ndarray, ctx: np.ndarray, anchor: int, p: int) -> np.ndarray:
+    """dflash.md section 2.1 from the checkpoint files: logits [B-1, V] of block rows 1..B-1.
+
+    ctx [p, F*H]: target features of positions 0..p-1; tied target head (= embed)."""
+    conf = json.loads((path / "config.json").read_text())
+    w = {k: v.astype(np.float64) for k, v in load_file(path / "model.safetensors").items()}
+    nh, nkv, d, eps = conf["num_attention_heads"], conf["num_key_value_heads"], conf["head_dim"], conf["rms_norm_eps"]
+    size, mask = conf["block_size"], conf["dflash_config"]["mask_token_id"]
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+    def rot(x, pos):  # x [T, n, d], rotate-half RoPE
+        ang = np.asarray(pos)[:, None, None] * conf["rope_theta"] ** (-np.arange(0, d, 2) / d)
+        x1, x2 = x[..., :d // 2], x[..., d // 2:]
+        return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
+
+    c = rms(ctx @ w["fc.weight"].T, w["hidden_norm.weight"])
+    x = embed[[anchor] + [mask] * (size - 1)].astype(np.float64)
+    blk_pos, ctx_pos = range(p, p + size), range(p)
+    for i in range(conf["num_hidden_layers"]):
+        lw = {k.split(f"layers.{i}.")[1]: v for k, v in w.items() if k.startswith(f"layers.{i}.")}
+        h = rms(x, lw["input_layernorm.weight"])
+
+        def kv(src, pos, lw=lw):
+            k = rms((src @ lw["self_attn.k_proj.weight"].T).reshape(len(src), nkv, d), lw["self_attn.k_norm.weight"])
+            return rot(k, pos), (src @ lw["self_attn.v_proj.weight"].T).reshape(len(src), nkv, d)
+
+        q = rot(rms((h @ lw["self_attn.q_proj.weight"].T).reshape(size, nh, d), lw["self_attn.q_norm.weight"]),
+                blk_pos)
+        (kc, vc), (kb, vb) = kv(c, ctx_pos), kv(h, blk_pos)
+        keys, values = np.concatenate([kc, kb]), np.concatenate([vc, vb])
+        out = np.zeros((size, nh, d))
+        for head in range(nh):
+            g = head // (nh // nkv)
+            s = q[:, head] @ keys[:, g].T / np.sqrt(d)
+            a = np.exp(s - s.max(-1, keepdims=True))
+            out[:, head] = (a / a.sum(-1, keepdims=True)) @ values[:, g]  # no mask: context + whole block
+        x = x + out.reshape(size, nh * d) @ lw["self_attn.o_proj.weight"].T
+        h = rms(x, lw["post_attention_layernorm.weight"])
+        gate = h @ lw["mlp.gate_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * (h @ lw["mlp.up_proj.weight"].T)) @ lw["mlp.down_proj.weight"].T
+    return rms(x, w["norm.weight"])[1:] @ embed.astype(np.float64).T
+
+
+def test_forward_matches_independent_numpy_reference(tmp_path, drafter):
+    save_dflash(tmp_path, drafter.cfg, drafter.params)
+    loaded = dflash.load(TARGET, tmp_path)
+    ids = random_ids(19, seed=7)
+    p = len(ids) - 1
+    ctx = np.asarray(concat_features(target_features(TARGET, ids[:-1], loaded.feature_layers)))[0]
+    want = numpy_dflash_logits(tmp_path, np.asarray(TARGET.params["embed"]), ctx, ids[-1], p)
+    state = prefill(loaded, ids)
+    drafts, _, logits = draft(loaded.params, loaded.head, state.k, state.v, np.int32(ids[-1]), np.int32(p),
+                              cfg=loaded.cfg, k=BLOCK - 1)
+    np.testing.assert_allclose(np.asarray(logits), want, atol=2e-4, rtol=2e-4)
+    assert drafts.tolist() == want.argmax(-1).tolist()
+
+
+# ---------------------------------------------------------------- training forward
+
+def test_train_logits_equal_inference_logits(drafter):
+    tokens = random_ids(30, seed=8)
+    feats = concat_features(target_features(TARGET, tokens, drafter.feature_layers))
+    anchors = jnp.asarray([[4, 11, 12, 26]], jnp.int32)
+
+    def loss(params):  # the trainer's use: value_and_grad through the packed-block forward
+        logits = dflash_train_logits(params, drafter.cfg, drafter.head, feats, jnp.asarray([tokens]), anchors)
+        return logits.sum(), logits
+
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(drafter.params)
+    assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+    assert logits.shape == (1, 4, BLOCK - 1, VOCAB)
+    for i, a in enumerate(anchors[0].tolist()):
+        state = prefill(drafter, tokens[:a + 1])
+        _, _, want = draft(drafter.params, drafter.head, state.k, state.v, np.int32(tokens[a]), np.int32(a),
+                           cfg=drafter.cfg, k=BLOCK - 1)
+        np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(want), atol=1e-4, rtol=1e-4)
+    labels, valid = dflash_labels(jnp.asarray([tokens]), anchors, BLOCK)
+    assert labels[0, 0].tolist() == tokens[5:10] and bool(valid[0, :3].all())
+    assert valid[0, 3].tolist() == [True, True, True, False, False]  # 26 + 4 is past the end
+
+
+# ---------------------------------------------------------------- through the engine (embedded SmolLM2)
+
+@functools.cache
+def ar_reference(target: Target) -> list[engine.GenerationResult]:
+    """The `ar` generations of LOSSLESS_PROMPTS (24 tokens) on `target`, once per session."""
+    return [engine.generate(target, prompt, max_new_tokens=24) for prompt in LOSSLESS_PROMPTS]
+
+
+class OracleMix:
+    """Runs the real drafter every step, then overwrites its first m drafts (m cycling 0..K) with the
+    target's known continuation, so that the engine accepts m+ drafts and extends by m+1 rows."""
+
+    def __init__(self, inner, reference: list[int]):
+        self.inner, self.reference, self.calls = inner, reference, 0
+        self.name, self.k, self.feature_layers, self.checkpoint = inner.name, inner.k, inner.feature_layers, None
+
+    def start(self, prompt_ids, max_len):
+        return self.inner.start(prompt_ids, max_len)
+
+    def extend(self, state, features, n_new):
+        return self.inner.extend(state, features, n_new)
+
+    def propose(self, state, tokens):
+        proposal, state = self.inner.propose(state, tokens)
+        m, self.calls = self.calls % (self.k + 1), self.calls + 1
+        known = self.reference[len(tokens):len(tokens) + m]
+        ids = np.array(proposal.ids)
+        ids[:len(known)] = known
+        return replace(proposal, ids=ids), state
+
+
+@pytest.mark.slow
+def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedded SmolLM2, float32
+    smol, reference = target, ar_reference(target)
+    cfg, params = init_dflash(smol, num_layers=1, block_size=4)
+    assert cfg.mask_token_id == 16 and smol.tokenizer.convert_ids_to_tokens(16) == "<empty_output>"
+    drafter = DFlashDrafter(smol, cfg, params, k=3)
+    for i, (prompt, want) in enumerate(zip(LOSSLESS_PROMPTS, reference, strict=True)):
+        got = engine.generate(smol, prompt, drafter=drafter, max_new_tokens=24)
+        assert got.token_ids == want.token_ids, prompt
+        if i < 3:
+            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, want.prompt_ids + want.token_ids),
+                                    max_new_tokens=24)
+            assert mixed.token_ids == want.token_ids and mixed.stats["accepted"] > 0, prompt
+    again = engine.generate(smol, LOSSLESS_PROMPTS[0], drafter=drafter, max_new_tokens=24)
+    assert again.stats["compiles"] == 0
+    assert again.settings["drafter"] == "dflash" and again.settings["k"] == 3

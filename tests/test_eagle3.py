@@ -1,0 +1,329 @@
+"""Tests for engine/drafters/eagle3.py: feature-layer conversion, token/feature alignment (against an independent
+NumPy implementation of dflash.md section 8), drafter cache growth after every accepted length, checkpoints and
+loader errors, draft vocab maps, teacher-forced (TTT) training/inference agreement, losslessness through the engine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+# shared helpers, imported under pytest's own module name so that the `ar` reference is computed once
+from test_dflash import (
+    LAYERS,
+    TARGET,
+    VOCAB,
+    OracleMix,
+    ar_reference,
+    random_ids,
+    scramble,
+    target_features,
+)
+
+import engine
+from engine.drafters import DrafterError, eagle3, load_drafter
+from engine.drafters.eagle3 import (
+    Eagle3Drafter,
+    config_from_json,
+    draft_vocab_map,
+    eagle3_labels,
+    eagle3_train_logits,
+    init_eagle3,
+    save_eagle3,
+    target_to_draft,
+)
+from engine.drafters.layers import concat_features
+from tests.prompts import LOSSLESS_PROMPTS
+
+K = 3
+DRAFT_VOCAB = 64
+
+
+def prefill(drafter: Eagle3Drafter, ids, chunk: int = 8, max_len: int = 256, seed: int = 0):
+    """Drafter state after the engine's prefill of ids[:-1], in padded chunks whose extra rows are noise."""
+    feats = target_features(TARGET, ids[:-1], drafter.feature_layers)
+    rng = np.random.default_rng(seed)
+    state = drafter.start(np.asarray(ids), max_len)
+    for lo in range(0, len(ids) - 1, chunk):
+        rows = feats[:, :, lo:lo + chunk]
+        noise = rng.normal(size=(*rows.shape[:2], chunk - rows.shape[2], rows.shape[3])).astype(np.float32)
+        state = drafter.extend(state, jnp.concatenate([rows, noise], axis=2), rows.shape[2])
+    return state
+
+
+def copy_state(state):
+    return replace(state, k=jnp.copy(state.k), v=jnp.copy(state.v), window=jnp.copy(state.window))
+
+
+@pytest.fixture(scope="module")
+def drafter() -> Eagle3Drafter:
+    counts = np.random.default_rng(0).integers(0, 1000, VOCAB)
+    cfg, params, d2t = init_eagle3(TARGET, draft_vocab_size=DRAFT_VOCAB, token_counts=counts)
+    return Eagle3Drafter(TARGET, cfg, scramble(params, 1), d2t, k=K)
+
+
+# ---------------------------------------------------------------- conventions
+
+def test_feature_layers_are_published_input_ids_minus_one(drafter):
+    assert drafter.feature_layers == (1, LAYERS // 2 - 1, LAYERS - 4)  # inputs of layers 2, N//2, N-3
+    conf = eagle3.config_json(drafter.cfg)
+    assert conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, LAYERS // 2, LAYERS - 3]
+    conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 3, 8]
+    assert config_from_json(conf, LAYERS).feature_layers == (-1, 2, 7)
+    del conf["eagle_config"]
+    assert config_from_json(conf, LAYERS).feature_layers == (1, 3, 4)
+    # the input of layer 0 is the embedding: engine id -1
+    ids = random_ids(5, seed=1)
+    np.testing.assert_array_equal(np.asarray(target_features(TARGET, ids, (-1,))[0, 0]),
+                                  np.asarray(TARGET.params["embed"])[ids])
+
+
+def test_draft_vocab_maps():
+    counts = np.array([5, 0, 9, 9, 1, 7])
+    d2t = draft_vocab_map(counts, 3)
+    assert (np.arange(3) + d2t).tolist() == [2, 3, 5]  # most frequent, ties to the lower id, in id order
+    assert target_to_draft(d2t, 6).tolist() == [-1, -1, 0, 1, -1, 2]
+    assert draft_vocab_map(None, 4).tolist() == [0, 0, 0, 0]
+    tokens = jnp.asarray([[2, 3, 4, 5, 2]])
+    labels, valid = eagle3_labels(tokens, jnp.asarray(target_to_draft(d2t, 6)), steps=2)
+    assert labels.shape == (1, 2, 5)
+    assert valid[0, 0].tolist() == [False, True, True, False, False]  # tokens[2]=4 is outside the draft vocab
+    assert labels[0, 0, 1:3].tolist() == [2, 0] and valid[0, 1].tolist() == [True, True, False, False, False]
+
+
+# ---------------------------------------------------------------- cache growth after a verify step
+
+def test_cache_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
+    ids = random_ids(30, seed=3)
+    p = len(ids) - 1
+    proposal, after = drafter.propose(prefill(drafter, ids), ids)
+    assert proposal.n == K and after.length == p and after.done == p
+    drafts = [int(t) for t in proposal.ids]
+    block_feats = target_features(TARGET, ids + drafts, drafter.feature_layers)[:, :, p:]  # rows p..p+K
+    for accepted in range(K + 1):
+        bonus = (drafts[accepted] + 1) % VOCAB if accepted < K else 5
+        committed = ids + drafts[:accepted] + [bonus]
+        grown = drafter.extend(copy_state(after), block_feats, accepted + 1)
+        assert grown.length == p + accepted + 1 == len(committed) - 1
+        got, _ = drafter.propose(grown, committed)
+        want, _ = drafter.propose(prefill(drafter, committed, chunk=16), committed)
+        assert got.ids.tolist() == want.ids.tolist(), accepted
+        np.testing.assert_allclose(got.q, want.q, atol=1e-5)
+
+
+def test_one_token_prompt_drafts_nothing_then_catches_up(drafter):
+    state = drafter.start(np.asarray([7]), 64)
+    proposal, state = drafter.propose(state, [7])
+    assert proposal.n == 0
+    block = [7] + [0] * K
+    feats = target_features(TARGET, block, drafter.feature_layers)
+    state = drafter.extend(state, feats, 1)
+    got, _ = drafter.propose(state, [7, 11])
+    want, _ = drafter.propose(prefill(drafter, [7, 11]), [7, 11])
+    assert got.ids.tolist() == want.ids.tolist()
+
+
+def test_propose_refuses_out_of_step_context_and_bad_k(drafter):
+    ids = random_ids(12, seed=4)
+    with pytest.raises(DrafterError, match="anchor sits at position"):
+        drafter.propose(prefill(drafter, ids), ids + [3])
+    with pytest.raises(DrafterError, match="K for drafter"):
+        drafter.with_k(0)
+
+
+def test_with_k_shares_params(drafter):
+    ids = random_ids(15, seed=5)
+    one, five = drafter.with_k(1), drafter.with_k(5)
+    assert one.params is drafter.params and drafter.k == K
+    a, _ = one.propose(prefill(one, ids), ids)
+    b, _ = five.propose(prefill(five, ids), ids)
+    assert a.n == 1 and b.ids[:1].tolist() == a.ids.tolist()  # sequential drafting: K only stops it earlier
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def test_checkpoint_round_trip(tmp_path, drafter):
+    save_eagle3(tmp_path / "f32", drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    conf = json.loads((tmp_path / "f32" / "config.json").read_text())
+    assert conf["architectures"] == ["LlamaForCausalLMEagle3"] and conf["draft_vocab_size"] == DRAFT_VOCAB
+    tensors = load_file(tmp_path / "f32" / "model.safetensors")
+    assert tensors["d2t"].dtype == np.int64 and tensors["fc.weight"].shape == (32, 96)
+    assert tensors["lm_head.weight"].shape == (DRAFT_VOCAB, 32)
+    assert tensors["midlayer.self_attn.q_proj.weight"].shape == (32, 64)
+    loaded = load_drafter(tmp_path / "f32", TARGET, k=K)  # registry dispatch by architecture
+    assert isinstance(loaded, Eagle3Drafter) and loaded.cfg == drafter.cfg
+    ids = random_ids(20, seed=6)
+    a, _ = drafter.propose(prefill(drafter, ids), ids)
+    b, _ = loaded.propose(prefill(loaded, ids), ids)
+    assert a.ids.tolist() == b.ids.tolist()
+    np.testing.assert_array_equal(a.q, b.q)
+
+    own_embed = {**drafter.params, "embed": TARGET.params["embed"] * 2}
+    save_eagle3(tmp_path / "bf16", drafter.cfg, own_embed, np.asarray(drafter.d2t), dtype="bfloat16")
+    assert str(load_file(tmp_path / "bf16" / "model.safetensors")["fc.weight"].dtype) == "bfloat16"
+    loaded = eagle3.load(TARGET, tmp_path / "bf16")
+    assert loaded.k == eagle3.DEFAULT_K and "embed" in loaded.params
+    rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), own_embed)
+    jax.tree.map(np.testing.assert_array_equal, loaded.params, rounded)
+
+
+def _break(conf: dict, tensors: dict, how: str) -> None:
+    if how == "wrong fc width":
+        tensors["fc.weight"] = tensors["fc.weight"][:, :64]
+    elif how == "wrong hidden size":
+        conf["hidden_size"] = 48
+    elif how == "wrong vocab":
+        conf["vocab_size"] = VOCAB + 4
+    elif how == "layer id out of range":
+        conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, LAYERS + 1]
+    elif how == "d2t out of range":
+        tensors["d2t"] = tensors["d2t"] + VOCAB
+    elif how == "d2t length":
+        tensors["d2t"] = tensors["d2t"][:-1]
+    elif how == "two layers":
+        conf["num_hidden_layers"] = 2
+    elif how == "missing tensor":
+        del tensors["midlayer.hidden_norm.weight"]
+    elif how == "wrong architecture":
+        conf["architectures"] = ["LlamaForCausalLM"]
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("wrong fc width", "fc takes 64 inputs"), ("wrong hidden size", "hidden_size is 48"),
+    ("wrong vocab", "vocab of 100"), ("layer id out of range", r"target layers \[8\]"),
+    ("d2t out of range", "outside the target vocab"), ("d2t length", "d2t has shape"),
+    ("two layers", "one decoder layer"), ("missing tensor", "midlayer.hidden_norm.weight"),
+    ("wrong architecture", "expected LlamaForCausalLMEagle3"),
+])
+def test_loader_errors_say_what_does_not_fit(tmp_path, drafter, how, message):
+    save_eagle3(tmp_path, drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    conf = json.loads((tmp_path / "config.json").read_text())
+    tensors = load_file(tmp_path / "model.safetensors")
+    _break(conf, tensors, how)
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(DrafterError, match=message):
+        eagle3.load(TARGET, tmp_path)
+
+
+def test_missing_default_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(eagle3, "DEFAULT_CHECKPOINT", tmp_path / "absent")
+    with pytest.raises(DrafterError, match="no EAGLE-3 checkpoint shipped yet"):
+        load_drafter("eagle3", TARGET)
+
+
+# ---------------------------------------------------------------- parity with an independent NumPy forward
+
+def numpy_eagle3_drafts(path: Path, embed: np.ndarray, feats: np.ndarray, tokens: list[int], k: int):
+    """dflash.md section 8 from the checkpoint files, one row at a time with a growing K/V list.
+
+    Row t = (tokens[t+1], fc(feats[t])) at position t for t < p; then drafted rows (d_j, previous output)
+    at p-1+j. Returns target ids [k] and draft-vocab logits [k, Vd]."""
+    conf = json.loads((path / "config.json").read_text())
+    w = {k: v.astype(np.float64) for k, v in load_file(path / "model.safetensors").items()}
+    m = {k.removeprefix("midlayer."): v for k, v in w.items() if k.startswith("midlayer.")}
+    nh, nkv, eps = conf["num_attention_heads"], conf["num_key_value_heads"], conf["rms_norm_eps"]
+    d = conf["head_dim"]
+    keys, values = [], []
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+    def rot(x, pos):  # x [n, d] at one position, rotate-half RoPE
+        ang = pos * conf["rope_theta"] ** (-np.arange(0, d, 2) / d)
+        x1, x2 = x[:, :d // 2], x[:, d // 2:]
+        return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
+
+    def row(token: int, g: np.ndarray, pos: int) -> np.ndarray:
+        x = np.concatenate([rms(embed[token], m["input_layernorm.weight"]), rms(g, m["hidden_norm.weight"])])
+        q = rot((m["self_attn.q_proj.weight"] @ x).reshape(nh, d), pos)
+        keys.append(rot((m["self_attn.k_proj.weight"] @ x).reshape(nkv, d), pos))
+        values.append((m["self_attn.v_proj.weight"] @ x).reshape(nkv, d))
+        ks, vs = np.stack(keys), np.stack(values)
+        out = np.zeros((nh, d))
+        for head in range(nh):
+            s = ks[:, head // (nh // nkv)] @ q[head] / np.sqrt(d)
+            a = np.exp(s - s.max())
+            out[head] = (a / a.sum()) @ vs[:, head // (nh // nkv)]
+        h = g + m["self_attn.o_proj.weight"] @ out.reshape(-1)
+        u = rms(h, m["post_attention_layernorm.weight"])
+        gate = m["mlp.gate_proj.weight"] @ u
+        return h + m["mlp.down_proj.weight"] @ (gate / (1 + np.exp(-gate)) * (m["mlp.up_proj.weight"] @ u))
+
+    g = feats @ w["fc.weight"].T
+    p = len(tokens) - 1
+    for t in range(p):
+        h = row(tokens[t + 1], g[t], t)
+    ids, logits = [], []
+    for j in range(k):
+        logits.append(rms(h, w["norm.weight"]) @ w["lm_head.weight"].T)
+        best = int(np.argmax(logits[-1]))
+        ids.append(best + int(w["d2t"][best]))
+        if j < k - 1:
+            h = row(ids[-1], h, p + j)
+    return ids, np.stack(logits)
+
+
+def test_drafts_match_independent_numpy_reference(tmp_path, drafter):
+    save_eagle3(tmp_path, drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    loaded = eagle3.load(TARGET, tmp_path, k=K)
+    ids = random_ids(19, seed=7)
+    feats = np.asarray(concat_features(target_features(TARGET, ids[:-1], loaded.feature_layers)))[0]
+    want_ids, want_logits = numpy_eagle3_drafts(tmp_path, np.asarray(TARGET.params["embed"]), feats, ids, K)
+    state = prefill(loaded, ids)
+    window_tokens = np.asarray(ids[len(ids) - K - 1:])[None]  # next tokens of rows p-W..p-1
+    got_ids, _, got_logits, _, _ = eagle3.draft(loaded.params, loaded.embed, loaded.d2t, state.k, state.v,
+                                                state.window, window_tokens, np.int32(len(ids) - 2),
+                                                cfg=loaded.cfg, k=K)
+    np.testing.assert_allclose(np.asarray(got_logits), want_logits, atol=2e-4, rtol=2e-4)
+    assert got_ids.tolist() == want_ids
+
+
+# ---------------------------------------------------------------- training forward
+
+def test_ttt_train_logits_equal_inference_logits(drafter):
+    ids = random_ids(24, seed=8)
+    proposal, _ = drafter.propose(prefill(drafter, ids), ids)
+    drafts = [int(t) for t in proposal.ids]
+    tokens = ids + drafts[:K - 1]  # teacher forcing with the drafter's own tokens = what propose fed itself
+    feats = concat_features(target_features(TARGET, tokens, drafter.feature_layers))
+
+    def loss(params):  # the trainer's use: value_and_grad through the TTT forward
+        logits = eagle3_train_logits(params, drafter.cfg, drafter.embed, feats, jnp.asarray([tokens]), steps=K)
+        return logits.sum(), logits
+
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(drafter.params)
+    assert logits.shape == (1, K, len(tokens), DRAFT_VOCAB)
+    assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+    start = len(ids) - 2  # row p-1 reads the anchor ids[-1]
+    state = prefill(drafter, ids)
+    _, _, want, _, _ = eagle3.draft(drafter.params, drafter.embed, drafter.d2t, state.k, state.v, state.window,
+                                    np.asarray(ids[len(ids) - K - 1:])[None], np.int32(start), cfg=drafter.cfg, k=K)
+    np.testing.assert_allclose(np.asarray(logits[0, :, start]), np.asarray(want), atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- through the engine (embedded SmolLM2)
+
+@pytest.mark.slow
+def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedded SmolLM2, float32
+    smol, reference = target, ar_reference(target)
+    counts = np.bincount(np.concatenate([smol.encode(p) for p in LOSSLESS_PROMPTS]), minlength=smol.cfg.vocab_size)
+    cfg, params, d2t = init_eagle3(smol, draft_vocab_size=4096, token_counts=counts)
+    assert cfg.feature_layers == (1, 14, 26)
+    drafter = Eagle3Drafter(smol, cfg, params, d2t, k=K)
+    for i, (prompt, want) in enumerate(zip(LOSSLESS_PROMPTS, reference, strict=True)):
+        got = engine.generate(smol, prompt, drafter=drafter, max_new_tokens=24)
+        assert got.token_ids == want.token_ids, prompt
+        if i < 3:
+            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, want.prompt_ids + want.token_ids),
+                                    max_new_tokens=24)
+            assert mixed.token_ids == want.token_ids and mixed.stats["accepted"] > 0, prompt
+    again = engine.generate(smol, LOSSLESS_PROMPTS[0], drafter=drafter, max_new_tokens=24)
+    assert again.stats["compiles"] == 0
+    assert again.settings["drafter"] == "eagle3" and again.settings["k"] == K
