@@ -38,6 +38,7 @@ from .layers import (
     check_fc,
     check_hidden,
     check_layer_ids,
+    checkpoint_dir,
     concat_features,
     expect_tensor,
     head_logits,
@@ -380,14 +381,7 @@ def init_dflash(target: Target, num_layers: int, block_size: int, target_layer_i
 
 def load(target: Target, path: str | Path | None = None, k: int | None = None, **options) -> DFlashDrafter:
     """A DFlash drafter from a z-lab checkpoint directory (None: the shipped SmolLM2-135M drafter)."""
-    if options:
-        raise DrafterError(f"dflash takes no options, got {sorted(options)}")
-    if path is None:
-        if not (DEFAULT_CHECKPOINT / "config.json").is_file():
-            raise DrafterError(f"no DFlash checkpoint shipped yet (expected {DEFAULT_CHECKPOINT}): train one with "
-                               "experiments/train_drafter.py or pass a checkpoint directory")
-        path = DEFAULT_CHECKPOINT
-    path = Path(path).expanduser()
+    path = checkpoint_dir(path, DEFAULT_CHECKPOINT, "DFlash", options)
     cfg = config_from_json(read_config(path))
     check_fit(cfg, len(cfg.target_layer_ids) * target.cfg.hidden_size, target.cfg)
     params = load_params(path, cfg, target.dtype)

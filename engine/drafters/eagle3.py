@@ -48,6 +48,7 @@ from .layers import (
     check_fc,
     check_hidden,
     check_layer_ids,
+    checkpoint_dir,
     concat_features,
     expect_tensor,
     layer_shapes,
@@ -431,14 +432,7 @@ def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_count
 
 def load(target: Target, path: str | Path | None = None, k: int | None = None, **options) -> Eagle3Drafter:
     """An EAGLE-3 drafter from a checkpoint directory (None: the shipped SmolLM2-135M drafter)."""
-    if options:
-        raise DrafterError(f"eagle3 takes no options, got {sorted(options)}")
-    if path is None:
-        if not (DEFAULT_CHECKPOINT / "config.json").is_file():
-            raise DrafterError(f"no EAGLE-3 checkpoint shipped yet (expected {DEFAULT_CHECKPOINT}): train one with "
-                               "experiments/train_drafter.py or pass a checkpoint directory")
-        path = DEFAULT_CHECKPOINT
-    path = Path(path).expanduser()
+    path = checkpoint_dir(path, DEFAULT_CHECKPOINT, "EAGLE-3", options)
     cfg = config_from_json(read_config(path), target.cfg.num_layers)
     check_hidden(cfg.body.hidden_size, target.cfg, "EAGLE-3")
     check_layer_ids(cfg.feature_layers, target.cfg.num_layers, "EAGLE-3")

@@ -178,3 +178,15 @@ def check_fc(fc_in: int, n_features: int, target: ModelConfig, what: str) -> Non
     if fc_in != n_features * target.hidden_size:
         raise DrafterError(f"{what} fc takes {fc_in} inputs but {n_features} target features of width "
                            f"{target.hidden_size} give {n_features * target.hidden_size}")
+
+
+def checkpoint_dir(path: str | Path | None, default: Path, what: str, options: dict) -> Path:
+    """The checkpoint directory to load: `path`, or the shipped `default` (a clear error when absent)."""
+    if options:
+        raise DrafterError(f"{what} takes no options, got {sorted(options)}")
+    if path is None:
+        if not (default / "config.json").is_file():
+            raise DrafterError(f"no {what} checkpoint shipped yet (expected {default}): train one with "
+                               "experiments/train_drafter.py or pass a checkpoint directory")
+        return default
+    return Path(path).expanduser()
