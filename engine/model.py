@@ -13,7 +13,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from .cache import write_layer
+from .cache import write
 from .config import ModelConfig
 
 
@@ -61,9 +61,9 @@ def embed(params: dict, tokens: jax.Array) -> jax.Array:
     return params["embed"][tokens].astype(jnp.float32)
 
 
-def decoder_layer(cfg: ModelConfig, lp: dict, x: jax.Array, positions: jax.Array, k_all: jax.Array,
-                  v_all: jax.Array, layer: jax.Array, start: jax.Array, mask: jax.Array):
-    """One pre-norm block; writes this layer's new K/V into the stacked cache and attends over it."""
+def decoder_layer(cfg: ModelConfig, lp: dict, x: jax.Array, positions: jax.Array, k_cache: jax.Array,
+                  v_cache: jax.Array, start: jax.Array, mask: jax.Array):
+    """One pre-norm block; writes this layer's new K/V into its cache [B, Nkv, S, D] and attends over it."""
     b, t, _ = x.shape
     inv_freq = jnp.asarray(cfg.inv_freq())
     h = rms_norm(x, lp["attn_norm"], cfg.rms_eps)
@@ -73,14 +73,12 @@ def decoder_layer(cfg: ModelConfig, lp: dict, x: jax.Array, positions: jax.Array
     if cfg.qk_norm:
         q, k = rms_norm(q, lp["q_norm"], cfg.rms_eps), rms_norm(k, lp["k_norm"], cfg.rms_eps)
     q, k = rope(q, positions, inv_freq), rope(k, positions, inv_freq)
-    k_all = write_layer(k_all, layer, k.transpose(0, 2, 1, 3), start)
-    v_all = write_layer(v_all, layer, v.transpose(0, 2, 1, 3), start)
-    k_l = jax.lax.dynamic_index_in_dim(k_all, layer, 0, keepdims=False)
-    v_l = jax.lax.dynamic_index_in_dim(v_all, layer, 0, keepdims=False)
-    x = x + linear(attention(q, k_l, v_l, mask), lp["wo"])
+    k_cache = write(k_cache, k.transpose(0, 2, 1, 3), start)
+    v_cache = write(v_cache, v.transpose(0, 2, 1, 3), start)
+    x = x + linear(attention(q, k_cache, v_cache, mask), lp["wo"])
     h = rms_norm(x, lp["mlp_norm"], cfg.rms_eps)
     x = x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
-    return x, k_all, v_all
+    return x, k_cache, v_cache
 
 
 @partial(jax.jit, static_argnames=("cfg", "capture", "with_logits"), donate_argnames=("cache",))
@@ -89,20 +87,19 @@ def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, c
     """Run T new tokens per sequence through the decoder, updating the cache in place (donated)."""
     b, t = tokens.shape
     positions = start[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
-    max_len = cache["k"].shape[3]
+    max_len = cache["k"][0].shape[2]
     mask = jnp.arange(max_len)[None, None, :] <= positions[:, :, None]  # [B, T, S]
     x = embed(params, tokens)
-    ids = jnp.asarray(capture, dtype=jnp.int32).reshape(len(capture), 1, 1, 1)
-    feats = jnp.broadcast_to(x, (len(capture), *x.shape)) * (ids == -1)
-
-    def body(carry, xs):
-        x, k_all, v_all, feats = carry
-        lp, layer = xs
-        x, k_all, v_all = decoder_layer(cfg, lp, x, positions, k_all, v_all, layer, start, mask)
-        feats = jnp.where(ids == layer, x[None], feats)
-        return (x, k_all, v_all, feats), None
-
-    layers = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-    (x, k_all, v_all, feats), _ = jax.lax.scan(body, (x, cache["k"], cache["v"], feats), (params["layers"], layers))
+    outputs = {-1: x} if -1 in capture else {}
+    ks, vs = [], []
+    # layers unrolled over separate weight arrays: XLA:CPU runs this far faster than lax.scan over stacked
+    # weights (f32 ~1.4x, bf16 ~10x on our machines)
+    for i, lp in enumerate(params["layers"]):
+        x, k_i, v_i = decoder_layer(cfg, lp, x, positions, cache["k"][i], cache["v"][i], start, mask)
+        ks.append(k_i)
+        vs.append(v_i)
+        if i in capture:
+            outputs[i] = x
     logits = lm_head(params, rms_norm(x, params["norm"], cfg.rms_eps)) if with_logits else None
-    return logits, (feats if capture else None), {"k": k_all, "v": v_all}
+    feats = jnp.stack([outputs[i] for i in capture]) if capture else None
+    return logits, feats, {"k": ks, "v": vs}

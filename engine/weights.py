@@ -1,9 +1,9 @@
 """Target checkpoints -> params pytree: Hugging Face safetensors directories, GGUF files, the embedded default.
 
-Params layout (matrices [in, out] so activations multiply on the left; layers stacked on axis 0):
+Params layout (matrices [in, out] so activations multiply on the left; one dict per layer):
     embed [V, H]; norm [H]; lm_head [H, V] (absent when tied)
-    layers: attn_norm [L, H], wq [L, H, Nh*D], wk/wv [L, H, Nkv*D], wo [L, Nh*D, H],
-            mlp_norm [L, H], w_gate/w_up [L, H, I], w_down [L, I, H], (qwen3) q_norm/k_norm [L, D]
+    layers: list of {attn_norm [H], wq [H, Nh*D], wk/wv [H, Nkv*D], wo [Nh*D, H], mlp_norm [H],
+            w_gate/w_up [H, I], w_down [I, H], (qwen3) q_norm/k_norm [D]}
 Norm weights stay float32; matrices and the embedding take the requested dtype.
 """
 
@@ -67,10 +67,8 @@ def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str)
         a = np.asarray(a)
         return jnp.asarray(a.T if transpose else a, dtype=wdt if transpose else jnp.float32)
 
-    layers = {}
-    for name in _layer_names(cfg):
-        suffix, transpose = LAYER_KEYS[name]
-        layers[name] = jnp.stack([mat(get(f"model.layers.{i}.{suffix}"), transpose) for i in range(cfg.num_layers)])
+    layers = [{name: mat(get(f"model.layers.{i}.{LAYER_KEYS[name][0]}"), LAYER_KEYS[name][1])
+               for name in _layer_names(cfg)} for i in range(cfg.num_layers)]
     params = {
         "embed": jnp.asarray(np.asarray(get("model.embed_tokens.weight")), dtype=wdt),
         "layers": layers,

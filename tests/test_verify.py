@@ -101,10 +101,10 @@ def test_verify_block_end_to_end_sampling_distribution():
                       num_kv_heads=2, head_dim=8, rms_eps=1e-6, rope_theta=10000.0, max_position=128)
     rng = np.random.default_rng(2)
     h, nh, nkv, d, i, L = 32, 4, 2, 8, 48, 2
-    shapes = {"attn_norm": (L, h), "wq": (L, h, nh * d), "wk": (L, h, nkv * d), "wv": (L, h, nkv * d),
-              "wo": (L, nh * d, h), "mlp_norm": (L, h), "w_gate": (L, h, i), "w_up": (L, h, i), "w_down": (L, i, h)}
-    params = {"layers": {n: jnp.asarray(rng.normal(size=s).astype(np.float32) * (1.0 if "norm" in n else 0.5))
-                         for n, s in shapes.items()},
+    shapes = {"attn_norm": (h,), "wq": (h, nh * d), "wk": (h, nkv * d), "wv": (h, nkv * d),
+              "wo": (nh * d, h), "mlp_norm": (h,), "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h)}
+    params = {"layers": [{n: jnp.asarray(rng.normal(size=s).astype(np.float32) * (1.0 if "norm" in n else 0.5))
+                          for n, s in shapes.items()} for _ in range(L)],
               "embed": jnp.asarray(rng.normal(size=(16, h)).astype(np.float32)), "norm": jnp.ones(h)}
     block = jnp.asarray([[3, 7, 7, 1]], jnp.int32)
     temperature, top_p = jnp.float32(0.8), jnp.float32(0.9)

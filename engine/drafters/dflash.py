@@ -8,13 +8,13 @@ projects C with its own k_proj/v_proj (+ k_norm, + RoPE at each context token's 
 and its block queries attend, without a causal mask, to [context K/V ; block K/V]. Final norm and the
 target's LM head on block rows 1..K give the greedy drafts.
 
-Draft context cache: per drafter layer K/V of context rows, head-major [L, 1, Nkv, S, D], S = the
+Draft context cache: per drafter layer K/V of context rows, head-major [1, Nkv, S, D] each, S = the
 target's cache size. extend() writes the K/V of new feature rows at ctx_len.. and grows ctx_len by
 the number of verified rows; rows past it are masked out, so rejected rows never enter. propose()
 does not change the cache (block K/V are transient).
 
 Params (matrices [in, out], norms float32; embedding and LM head are the target's):
-    fc [F*Ht, H]; hidden_norm [H]; norm [H]; layers: stacked Qwen3 layers (see layers.py) [L, ...]
+    fc [F*Ht, H]; hidden_norm [H]; norm [H]; layers: a list of Qwen3 layer dicts (see layers.py)
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ class DFlashConfig:
 
 @dataclass(frozen=True)
 class DFlashState:
-    """Context cache k, v [L, 1, Nkv, S, D] and the number of context rows in it (= next anchor position)."""
+    """Context cache k, v (per drafter layer [1, Nkv, S, D]) and its number of rows (= next anchor position)."""
 
-    k: jax.Array
-    v: jax.Array
+    k: list[jax.Array]
+    v: list[jax.Array]
     length: int
 
 
@@ -157,9 +157,10 @@ def project_kv(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array) 
     return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
 
-def context_kv(params: dict, cfg: DFlashConfig, c: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Every layer's context K/V: C [B, T, H] at absolute positions [B, T] -> k, v [L, B, Nkv, T, D]."""
-    return jax.vmap(lambda lp: project_kv(cfg, lp, c, positions))(params["layers"])
+def context_kv(params: dict, cfg: DFlashConfig, c: jax.Array, positions: jax.Array) -> tuple[list, list]:
+    """Every layer's context K/V: C [B, T, H] at absolute positions [B, T] -> per-layer k, v [B, Nkv, T, D]."""
+    kv = [project_kv(cfg, lp, c, positions) for lp in params["layers"]]
+    return [k for k, _ in kv], [v for _, v in kv]
 
 
 def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array, ctx_k: jax.Array,
@@ -182,14 +183,11 @@ def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array,
     return x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
 
 
-def run_block(params: dict, cfg: DFlashConfig, x: jax.Array, positions: jax.Array, ctx_k: jax.Array,
-              ctx_v: jax.Array, mask: jax.Array) -> jax.Array:
-    """All drafter layers + final norm. x [B, Tq, H]; ctx_k/ctx_v [L, B, Nkv, S, D] -> normed hidden [B, Tq, H]."""
-    def body(x, xs):
-        lp, k, v = xs
-        return block_layer(cfg, lp, x, positions, k, v, mask), None
-
-    x, _ = jax.lax.scan(body, x, (params["layers"], ctx_k, ctx_v))
+def run_block(params: dict, cfg: DFlashConfig, x: jax.Array, positions: jax.Array, ctx_k: list, ctx_v: list,
+              mask: jax.Array) -> jax.Array:
+    """All drafter layers + final norm. x [B, Tq, H]; ctx_k/ctx_v per layer [B, Nkv, S, D] -> normed [B, Tq, H]."""
+    for lp, k, v in zip(params["layers"], ctx_k, ctx_v, strict=True):
+        x = block_layer(cfg, lp, x, positions, k, v, mask)
     return rms_norm(x, params["norm"], cfg.body.rms_eps)
 
 
@@ -200,19 +198,19 @@ def block_tokens(cfg: DFlashConfig, anchor: jax.Array, position: jax.Array) -> t
 
 
 @partial(jax.jit, static_argnames=("cfg",), donate_argnames=("ctx_k", "ctx_v"))
-def extend_cache(params: dict, ctx_k: jax.Array, ctx_v: jax.Array, features: jax.Array, length: jax.Array, *,
-                 cfg: DFlashConfig) -> tuple[jax.Array, jax.Array]:
+def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, length: jax.Array, *,
+                 cfg: DFlashConfig) -> tuple[list, list]:
     """Write the context K/V of feature rows [F, 1, T, Ht] at positions length..length+T-1 of the cache."""
     c = fuse_context(params, cfg, concat_features(features))
     positions = length + jnp.arange(c.shape[1], dtype=jnp.int32)[None]
     k, v = context_kv(params, cfg, c, positions)
-    at = (0, 0, 0, length, 0)
-    return (jax.lax.dynamic_update_slice(ctx_k, k.astype(ctx_k.dtype), at),
-            jax.lax.dynamic_update_slice(ctx_v, v.astype(ctx_v.dtype), at))
+    at = (0, 0, length, 0)
+    put = lambda cache, new: jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), at)  # noqa: E731
+    return [put(a, b) for a, b in zip(ctx_k, k, strict=True)], [put(a, b) for a, b in zip(ctx_v, v, strict=True)]
 
 
 @partial(jax.jit, static_argnames=("cfg", "k"))
-def draft(params: dict, head: dict, ctx_k: jax.Array, ctx_v: jax.Array, anchor: jax.Array, position: jax.Array, *,
+def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchor: jax.Array, position: jax.Array, *,
           cfg: DFlashConfig, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One drafter forward over the whole block (B rows, whatever k is).
 
@@ -220,7 +218,7 @@ def draft(params: dict, head: dict, ctx_k: jax.Array, ctx_v: jax.Array, anchor: 
     Returns ids [k] int32 (argmax of rows 1..k), q [k] (their drafter probability), logits [k, V].
     """
     ids, positions = block_tokens(cfg, anchor, position)
-    s = ctx_k.shape[3]
+    s = ctx_k[0].shape[2]
     visible = jnp.concatenate([jnp.arange(s) < position, jnp.ones(cfg.block_size, bool)])
     mask = jnp.broadcast_to(visible, (1, cfg.block_size, s + cfg.block_size))
     h = run_block(params, cfg, embed(head, ids[None]), positions[None], ctx_k, ctx_v, mask)
@@ -292,12 +290,12 @@ class DFlashDrafter:
 
     def start(self, prompt_ids: np.ndarray, max_len: int) -> DFlashState:
         body = self.cfg.body
-        shape = (body.num_layers, 1, body.num_kv_heads, max_len, body.head_dim)
-        dtype = self.params["fc"].dtype
-        return DFlashState(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), 0)
+        shape, dtype = (1, body.num_kv_heads, max_len, body.head_dim), self.params["fc"].dtype
+        zeros = lambda: [jnp.zeros(shape, dtype) for _ in range(body.num_layers)]  # noqa: E731
+        return DFlashState(zeros(), zeros(), 0)
 
     def extend(self, state: DFlashState, features: jax.Array, n_new: int) -> DFlashState:
-        rows, room = features.shape[2], state.k.shape[3]
+        rows, room = features.shape[2], state.k[0].shape[2]
         if not 0 <= n_new <= rows or state.length + rows > room:
             raise DrafterError(f"extend: {n_new} of {rows} rows at context length {state.length} do not fit the "
                                f"draft cache of {room} rows")

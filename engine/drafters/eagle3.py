@@ -368,7 +368,7 @@ def load_params(path: Path, cfg: Eagle3Config, dtype: str) -> tuple[dict, np.nda
     if fc is None or fc.ndim != 2 or fc.shape[0] != h:
         raise DrafterError(f"EAGLE-3 fc.weight in {path} must be [{h}, F*H_target], got "
                            f"{None if fc is None else list(fc.shape)}")
-    layer = jax.tree.map(lambda a: a[0], load_layers(tensors, _PREFIX, layer_shapes(cfg.body, 2 * h), dtype, path))
+    layer = load_layers(tensors, _PREFIX, layer_shapes(cfg.body, 2 * h), dtype, path)[0]
     layer["hidden_norm"] = vector(expect_tensor(tensors, "midlayer.hidden_norm.weight", (h,), path))
     params = {"fc": matrix(fc, dtype), "norm": vector(expect_tensor(tensors, "norm.weight", (h,), path)),
               "lm_head": matrix(expect_tensor(tensors, "lm_head.weight", (vd, h), path), dtype), "layer": layer}
@@ -389,7 +389,7 @@ def save_eagle3(path: str | Path, cfg: Eagle3Config, params: dict, d2t: np.ndarr
                "lm_head.weight": np.asarray(params["lm_head"], np.float32).T,
                "midlayer.hidden_norm.weight": np.asarray(params["layer"]["hidden_norm"], np.float32),
                "d2t": np.asarray(d2t, np.int64),
-               **layer_tensors(jax.tree.map(lambda a: a[None], layer), _PREFIX)}
+               **layer_tensors([layer], _PREFIX)}
     if "embed" in params:
         tensors["embed_tokens.weight"] = np.asarray(params["embed"], np.float32)
     return save_checkpoint(path, config_json(cfg), tensors, dtype)
@@ -421,7 +421,7 @@ def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_count
                    intermediate_size=intermediate_size or t.intermediate_size)
     cfg = Eagle3Config(body, vd, layers)
     h, rng = t.hidden_size, np.random.default_rng(seed)
-    layer = jax.tree.map(lambda a: a[0], random_layers(rng, layer_shapes(body, 2 * h), 1, target.dtype))
+    layer = random_layers(rng, layer_shapes(body, 2 * h), 1, target.dtype)[0]
     layer["hidden_norm"] = jnp.ones(h, jnp.float32)
     params = {"fc": random_matrix(rng, (len(layers) * h, h), target.dtype), "norm": jnp.ones(h, jnp.float32),
               "lm_head": random_matrix(rng, (h, vd), target.dtype), "layer": layer}

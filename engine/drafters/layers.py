@@ -1,5 +1,5 @@
 """Helpers the model drafters (DFlash, EAGLE-3) share: target head sharing, decoder body configs,
-checkpoint tensors in Hugging Face layout <-> stacked [in, out] params, random init, features.
+checkpoint tensors in Hugging Face layout <-> per-layer [in, out] params, random init, features.
 
 Per-layer params use engine/weights.py's names and layout (matrices [in, out], norms float32):
     attn_norm [H], wq [W, Nh*D], wk/wv [W, Nkv*D], wo [Nh*D, H], mlp_norm [H],
@@ -114,32 +114,35 @@ def vector(a: np.ndarray) -> jax.Array:
 
 
 def load_layers(tensors: dict, prefixes: Iterable[str], shapes: dict[str, tuple[int, ...]], dtype: str,
-                path: Path) -> dict:
-    """Stacked layer params [len(prefixes), ...] from HF tensors named `{prefix}{suffix}`."""
-    out = {}
-    for name, shape in shapes.items():
-        suffix, transposed = LAYER_KEYS[name]
-        hf_shape = shape[::-1] if transposed else shape
-        rows = [expect_tensor(tensors, f"{p}{suffix}", hf_shape, path) for p in prefixes]
-        out[name] = jnp.stack([matrix(r, dtype) if transposed else vector(r) for r in rows])
-    return out
+                path: Path) -> list[dict]:
+    """One params dict per prefix from HF tensors named `{prefix}{suffix}` (separate arrays per layer run
+    much faster on XLA:CPU than stacked ones)."""
+    layers = []
+    for p in prefixes:
+        layer = {}
+        for name, shape in shapes.items():
+            suffix, transposed = LAYER_KEYS[name]
+            row = expect_tensor(tensors, f"{p}{suffix}", shape[::-1] if transposed else shape, path)
+            layer[name] = matrix(row, dtype) if transposed else vector(row)
+        layers.append(layer)
+    return layers
 
 
-def layer_tensors(layers: dict, prefixes: list[str]) -> dict[str, np.ndarray]:
-    """Inverse of load_layers: stacked params -> HF-named float32 [out, in] tensors."""
+def layer_tensors(layers: list[dict], prefixes: list[str]) -> dict[str, np.ndarray]:
+    """Inverse of load_layers: per-layer params -> HF-named float32 [out, in] tensors."""
     out = {}
-    for name, stacked in layers.items():
-        suffix, transposed = LAYER_KEYS[name]
-        for i, p in enumerate(prefixes):
-            a = np.asarray(stacked[i], np.float32)
+    for layer, p in zip(layers, prefixes, strict=True):
+        for name, a in layer.items():
+            suffix, transposed = LAYER_KEYS[name]
+            a = np.asarray(a, np.float32)
             out[f"{p}{suffix}"] = a.T if transposed else a
     return out
 
 
-def random_layers(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], n: int, dtype: str) -> dict:
-    """Stacked random layers [n, ...]: matrices N(0, 0.02), norms ones."""
-    return {name: random_matrix(rng, (n, *shape), dtype) if len(shape) == 2 else jnp.ones((n, *shape), jnp.float32)
-            for name, shape in shapes.items()}
+def random_layers(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], n: int, dtype: str) -> list[dict]:
+    """n random layers: matrices N(0, 0.02), norms ones."""
+    return [{name: random_matrix(rng, shape, dtype) if len(shape) == 2 else jnp.ones(shape, jnp.float32)
+             for name, shape in shapes.items()} for _ in range(n)]
 
 
 def random_matrix(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> jax.Array:

