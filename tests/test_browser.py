@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
-PROMPT = "Repeat this sentence three times: the quick brown fox jumps over the lazy dog."
+PROMPT = "What is 12 plus 7? Explain step by step."
+BEST: dict[str, str] = {}  # the drafter the app preselects (the best that loads), read by later tests
 # Markup that would run script if any text reached the page unescaped (including template syntax).
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script> ${window.__xss=3} {{x}} & say hi'
 
@@ -74,7 +75,8 @@ def open_tab(page, name: str) -> None:
 def test_generate_shows_accepted_rejected_and_bonus(page, shots):
     page.fill("#gen-prompt textarea", PROMPT)
     page.fill("#gen-max input", "48")
-    assert page.input_value("#gen-drafter input") == "ngram"  # the best drafter that loads today
+    BEST["drafter"] = page.input_value("#gen-drafter input")
+    assert BEST["drafter"] in ("dflash", "eagle3", "ngram")  # the best drafter that loads, preselected
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
     view = page.locator("#gen-view .ds-blocks")
     assert view.locator(".tok.acc").count() > 0 and view.locator(".tok.rej").count() > 0
@@ -100,7 +102,7 @@ def test_compare(page, shots):
     open_tab(page, "Compare")
     page.fill("#cmp-prompt textarea", PROMPT)
     click_and_wait(page, "#cmp-run", "#cmp-status", "2 runs")
-    assert "ar" in page.inner_text("#cmp-head-0") and "ngram" in page.inner_text("#cmp-head-1")
+    assert "ar" in page.inner_text("#cmp-head-0") and BEST["drafter"] in page.inner_text("#cmp-head-1")
     assert page.locator("#cmp-view-1 .ds-blocks .tok.rej").count() > 0
     shot(page, shots / "3-compare.png")
 
@@ -122,11 +124,12 @@ def test_acceptance_plots(page, shots):
 
 def test_history_replays_the_run(page, shots):
     open_tab(page, "History")
-    page.fill("#hist-text textarea, #hist-text input", "quick brown fox")
+    page.fill("#hist-text textarea, #hist-text input", "12 plus 7")
     page.click("#hist-search")
-    page.locator("#hist-table [role=row]").filter(has_text="ngram").first.locator("[role=gridcell]").nth(1).click()
+    row = page.locator("#hist-table [role=row]").filter(has_text=BEST["drafter"]).first
+    row.locator("[role=gridcell]").nth(1).click()
     page.wait_for_selector("#hist-view .ds-blocks .tok.rej")
-    assert "quick brown fox" in page.inner_text("#hist-view .ds-prompt")
+    assert "12 plus 7" in page.inner_text("#hist-view .ds-prompt")
     shot(page, shots / "6-history.png")
 
 
@@ -138,10 +141,10 @@ def test_annotate_and_export(page, shots):
     token.click()
     page.wait_for_function("t => document.querySelector('#ann-token input')?.value.startsWith(t)",
                            arg=f"step {step} · pos {pos} ·")
-    page.fill("#ann-note textarea", "drafter copied the chat template")
+    page.fill("#ann-note textarea", "drafter guessed the wrong number")
     click_and_wait(page, "#ann-save", "#ann-status", "stored")
     page.wait_for_selector("#ann-view .tok.ann")
-    wait_text(page, "#ann-table", "drafter copied the chat template")
+    wait_text(page, "#ann-table", "drafter guessed the wrong number")
     shot(page, shots / "7-annotate.png")
 
     page.fill("#ann-folder textarea, #ann-folder input", "browser-export")
@@ -151,7 +154,7 @@ def test_annotate_and_export(page, shots):
     by_name = {p.name: p for p in paths}
     (record,) = [json.loads(line) for line in by_name["rejections.jsonl"].read_text().splitlines()]
     assert (record["step_idx"], record["draft_pos"]) == (int(step), int(pos))
-    assert record["note"] == "drafter copied the chat template" and record["drafter"] == "ngram"
+    assert record["note"] == "drafter guessed the wrong number" and record["drafter"] == BEST["drafter"]
     assert json.loads(by_name["conversations.jsonl"].read_text().splitlines()[0])["conversations"]
     assert duckdb.sql(f"SELECT note FROM '{by_name['annotations.parquet']}'").fetchall() == [(record["note"],)]
     page.wait_for_selector("#ann-files a, #ann-files .file-name, #ann-files td")
