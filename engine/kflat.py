@@ -11,15 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .cache import init_cache
+from .config import config_from_hf, read_json
 from .decode import cache_len_for, verify_block
 from .drafters import load_drafter
 from .target import Target, load_target
+from .weights import random_params
 
 
 def _best_ms(fn, repeats: int) -> float:
@@ -82,9 +85,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--random-weights", action="store_true",
+                    help="--target is a config.json: time random weights of its shapes (latency depends on shapes)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    target = load_target(a.target, a.dtype, a.tokenizer)
+    if a.random_weights:
+        cfg = config_from_hf(read_json(Path(a.target)))
+        target = Target(cfg, random_params(cfg, a.dtype), None, Path(a.target), a.dtype, (), f"{a.target} (random)")
+    else:
+        target = load_target(a.target, a.dtype, a.tokenizer)
     ks = [int(x) for x in a.ks.split(",")]
     for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats):
         if a.json:

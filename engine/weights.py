@@ -79,6 +79,25 @@ def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str)
     return params
 
 
+def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """HF tensor name -> shape ([out, in] for matrices) of a config's checkpoint."""
+    h, q, kv, inter = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
+        cfg.intermediate_size
+    layer = {"attn_norm": (h,), "wq": (q, h), "wk": (kv, h), "wv": (kv, h), "wo": (h, q), "mlp_norm": (h,),
+             "w_gate": (inter, h), "w_up": (inter, h), "w_down": (h, inter), "q_norm": (cfg.head_dim,),
+             "k_norm": (cfg.head_dim,)}
+    shapes = {f"model.layers.{i}.{LAYER_KEYS[n][0]}": layer[n]
+              for i in range(cfg.num_layers) for n in _layer_names(cfg)}
+    shapes |= {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    return shapes | ({} if cfg.tie_embeddings else {"lm_head.weight": (cfg.vocab_size, h)})
+
+
+def random_params(cfg: ModelConfig, dtype: str, seed: int = 0) -> dict:
+    """Random weights in a config's shapes: what latency sweeps need where real weights cannot travel."""
+    rng, shapes = np.random.default_rng(seed), hf_shapes(cfg)
+    return build_params(cfg, lambda name: rng.normal(0.0, 0.02, shapes[name]).astype(np.float32), dtype)
+
+
 def load_hf_dir(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
     """Config and params from a Hugging Face directory (model.safetensors or a sharded index)."""
     cfg = config_from_hf(read_json(path / "config.json"))

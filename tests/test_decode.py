@@ -162,3 +162,17 @@ def test_prompt_ids_are_chat_formatted_unless_raw(target):
     raw = target.encode("hi", raw=True)
     assert len(chat) > len(raw) and np.all(raw == target.tokenizer("hi")["input_ids"])
     assert target.tokenizer.decode(chat).startswith("<|im_start|>")
+
+
+def test_kflat_times_random_weights_from_a_config(tmp_path, capsys):
+    """Sweeps where weights cannot travel (e.g. a lent GPU): a config.json alone, random weights of its shapes."""
+    from engine import kflat
+
+    conf = {"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "max_position_embeddings": 128}
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    kflat.main(["--target", str(tmp_path / "config.json"), "--random-weights", "--ks", "1,3", "--context", "16",
+                "--repeats", "1", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["k"] for r in rows] == [1, 3] and all(r["verify_ms"] > 0 for r in rows)
