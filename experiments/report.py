@@ -22,12 +22,12 @@ MAX_POSITIONS = 16
 COMPARISON_SQL = """
 WITH b AS (SELECT * FROM runs WHERE status = 'done' AND source = 'bench'),
 ar AS (SELECT comparison_group, decode_s AS ar_s FROM b WHERE drafter = 'ar'),
-sp AS (SELECT target, suite, drafter, k, temperature, sum(ar_s) / sum(decode_s) AS speedup,
+sp AS (SELECT target, dtype, suite, drafter, k, temperature, sum(ar_s) / sum(decode_s) AS speedup,
               count(*) FILTER (WHERE lossless) AS n_lossless, count(lossless) AS n_checked
        FROM b JOIN ar USING (comparison_group)
-       GROUP BY target, suite, drafter, k, temperature)
+       GROUP BY target, dtype, suite, drafter, k, temperature)
 SELECT d.*, sp.speedup, sp.n_lossless, sp.n_checked
-FROM drafter_comparison d LEFT JOIN sp USING (target, suite, drafter, k, temperature)
+FROM drafter_comparison d LEFT JOIN sp USING (target, dtype, suite, drafter, k, temperature)
 WHERE d.suite IS NOT NULL
 ORDER BY d.suite, d.target, d.temperature, d.drafter <> 'ar', d.drafter, d.k
 """

@@ -158,7 +158,7 @@ GROUP BY target, drafter, suite, k, temperature, i;
 -- Finished runs ('done') compared per target, suite, drafter, k and temperature.
 -- tau, tok_per_s: means over runs; acceptance_rate: pooled sum(accepted) / sum(drafted).
 CREATE OR REPLACE VIEW drafter_comparison AS
-SELECT target, suite, drafter, k, temperature,
+SELECT target, dtype, suite, drafter, k, temperature,
        count(*) AS n_runs,
        avg(tau) AS tau,
        stddev_samp(tau) AS tau_std,
@@ -167,7 +167,7 @@ SELECT target, suite, drafter, k, temperature,
        sum(n_generated) AS n_generated
 FROM runs
 WHERE status = 'done'
-GROUP BY target, suite, drafter, k, temperature;
+GROUP BY target, dtype, suite, drafter, k, temperature;
 
 -- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
 CREATE OR REPLACE VIEW acceptance_lengths AS

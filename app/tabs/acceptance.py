@@ -7,8 +7,8 @@ import gradio as gr
 from .. import plots, queries
 from ..state import Workbench
 
-SUMMARY_COLUMNS = ["drafter", "suite", "k", "temperature", "n_runs", "tau", "tau_std", "acceptance_rate", "tok_per_s",
-                   "n_generated"]
+SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "n_runs", "tau", "tau_std", "acceptance_rate",
+                   "tok_per_s", "n_generated"]
 
 
 def summary(wb: Workbench, target: str | None, drafters: list[str] | None, suite: str | None) -> list[list]:
