@@ -86,6 +86,20 @@ def _first(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None)
     return rows[0] if rows else None
 
 
+@contextmanager
+def _atomic(con: duckdb.DuckDBPyConnection, what: str) -> Iterator[None]:
+    """A transaction on `con`: committed at the end, rolled back whole on any error (DuckDB's as HistoryError)."""
+    con.begin()
+    try:
+        yield
+        con.commit()
+    except BaseException as e:
+        _rollback(con)
+        if isinstance(e, duckdb.Error):
+            raise HistoryError(f"could not {what}: {e}") from e
+        raise
+
+
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     with suppress(duckdb.Error):  # nothing left to roll back (e.g. the commit failed); closing discards the rest
         con.rollback()
@@ -185,16 +199,8 @@ class History:
     @contextmanager
     def _transaction(self, what: str) -> Iterator[duckdb.DuckDBPyConnection]:
         """One connection, one transaction: committed at the end, rolled back whole on any error."""
-        with self._connect() as con:
-            con.begin()
-            try:
-                yield con
-                con.commit()
-            except BaseException as e:
-                _rollback(con)
-                if isinstance(e, duckdb.Error):
-                    raise HistoryError(f"could not {what}: {e}") from e
-                raise
+        with self._connect() as con, _atomic(con, what):
+            yield con
 
     # -- runs -----------------------------------------------------------------------------------------
 
@@ -415,16 +421,9 @@ def _migrate(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                            f"v{SCHEMA_VERSION}); upgrade draftscope to open it")
     if version == SCHEMA_VERSION and meta.get("views_sha") == _VIEWS_SHA:
         return
-    con.begin()
-    try:
+    with _atomic(con, f"migrate {path} from schema v{version} to v{SCHEMA_VERSION}"):
         for sql in MIGRATIONS[version:]:
             con.execute(sql)
         con.execute(VIEWS_SQL)
         con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), ('views_sha', ?)",
                     [str(SCHEMA_VERSION), _VIEWS_SHA])
-        con.commit()
-    except BaseException as e:
-        _rollback(con)
-        if isinstance(e, duckdb.Error):
-            raise HistoryError(f"could not migrate {path} from schema v{version} to v{SCHEMA_VERSION}: {e}") from e
-        raise

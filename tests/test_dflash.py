@@ -176,14 +176,19 @@ def test_context_keys_are_rotated_at_absolute_positions(drafter):
 
 def test_context_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
     ids = random_ids(30, seed=3)
-    p = len(ids) - 1
     state = prefill(drafter, ids)
     proposal, after = drafter.propose(state, ids)
     assert after is state and proposal.n == K and proposal.ids.shape == (K,)
-    drafts = [int(t) for t in proposal.ids]
+    assert_growth_matches_scratch(drafter, ids, state, [int(t) for t in proposal.ids], MASK, copy_state, prefill)
+
+
+def assert_growth_matches_scratch(drafter, ids, state, drafts, vocab, copy_state, prefill) -> None:
+    """For every accepted length 0..K: extending `state` (the context after ids, before the drafts) by the
+    verified block rows grows the context by accepted + 1 and drafts what a from-scratch prefill drafts."""
+    p, k = len(ids) - 1, len(drafts)
     block_feats = target_features(TARGET, ids + drafts, drafter.feature_layers)[:, :, p:]  # rows p..p+K
-    for accepted in range(K + 1):
-        bonus = (drafts[accepted] + 1) % MASK if accepted < K else 5
+    for accepted in range(k + 1):
+        bonus = (drafts[accepted] + 1) % vocab if accepted < k else 5
         committed = ids + drafts[:accepted] + [bonus]
         grown = drafter.extend(copy_state(state), block_feats, accepted + 1)
         assert grown.length == p + accepted + 1 == len(committed) - 1

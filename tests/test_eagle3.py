@@ -21,6 +21,7 @@ from test_dflash import (
     VOCAB,
     OracleMix,
     ar_reference,
+    assert_growth_matches_scratch,
     random_ids,
     scramble,
     target_features,
@@ -104,17 +105,7 @@ def test_cache_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
     p = len(ids) - 1
     proposal, after = drafter.propose(prefill(drafter, ids), ids)
     assert proposal.n == K and after.length == p and after.done == p
-    drafts = [int(t) for t in proposal.ids]
-    block_feats = target_features(TARGET, ids + drafts, drafter.feature_layers)[:, :, p:]  # rows p..p+K
-    for accepted in range(K + 1):
-        bonus = (drafts[accepted] + 1) % VOCAB if accepted < K else 5
-        committed = ids + drafts[:accepted] + [bonus]
-        grown = drafter.extend(copy_state(after), block_feats, accepted + 1)
-        assert grown.length == p + accepted + 1 == len(committed) - 1
-        got, _ = drafter.propose(grown, committed)
-        want, _ = drafter.propose(prefill(drafter, committed, chunk=16), committed)
-        assert got.ids.tolist() == want.ids.tolist(), accepted
-        np.testing.assert_allclose(got.q, want.q, atol=1e-5)
+    assert_growth_matches_scratch(drafter, ids, after, [int(t) for t in proposal.ids], VOCAB, copy_state, prefill)
 
 
 def test_one_token_prompt_drafts_nothing_then_catches_up(drafter):
