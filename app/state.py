@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 
 import engine
+from engine.sharding import describe
 from engine.weights import embedded_model_path
 from storage import History, open_history
 
@@ -155,13 +156,14 @@ def checkpoint_dirs(path: Path) -> list[Path]:
 
 
 def start(target: str | None = None, dtype: str = "float32", db: str | None = None, drafter_dir: str | None = None,
-          model_roots: list[str] | None = None) -> Workbench:
+          model_roots: list[str] | None = None, mesh: str | None = None) -> Workbench:
     """Load everything once and compile the drafters' default shapes, reporting progress on the terminal."""
     t0 = time.perf_counter()
     print(f"draftscope: JAX backend {jax.default_backend()} ({jax.devices()[0].device_kind})", flush=True)
     print(f"draftscope: loading target {target or 'embedded SmolLM2-135M-Instruct'} ({dtype}) ...", flush=True)
-    tgt = engine.load_target(target, dtype)
-    print(f"draftscope: target {tgt.name} loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+    tgt = engine.load_target(target, dtype, mesh=mesh)
+    print(f"draftscope: target {tgt.name} loaded in {time.perf_counter() - t0:.1f} s "
+          f"({describe(tgt.mesh, tgt.params, tgt.cfg.num_heads, tgt.cfg.num_kv_heads)})", flush=True)
     history = open_history(db)
     print(f"draftscope: history {history.path}", flush=True)
     embedded = embedded_model_path()

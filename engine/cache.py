@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from .config import ModelConfig
+from .sharding import heads_divide, zeros
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> dict[str, list[jax.Array]]:
-    """Zeroed K and V buffers, one per layer. Positions >= a sequence's length hold garbage never read."""
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32,
+               mesh: Mesh | None = None) -> dict[str, list[jax.Array]]:
+    """Zeroed K and V buffers, one per layer (on the mesh when given: batch over data, KV heads over model).
+
+    Positions >= a sequence's length hold garbage never read."""
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return {"k": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
-            "v": [jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)]}
+    split = mesh is not None and heads_divide(mesh, cfg.num_heads, cfg.num_kv_heads)
+    return {"k": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)],
+            "v": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)]}
 
 
 def write(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:

@@ -22,6 +22,7 @@ from .cache import init_cache
 from .drafters.ar import ArDrafter
 from .drafters.base import Drafter
 from .model import forward
+from .sharding import fetch, mesh_label
 from .target import Target
 from .trace import GenerationResult, StepTrace
 from .verify import accept_greedy, accept_sampling, target_probs
@@ -56,16 +57,19 @@ def verify_block(params, cache, block, start, n_drafted, key, temperature, top_p
     return (n_acc, bonus, p, top_ids, top_p_vals), feats, cache
 
 
-def prefill(target: Target, cache: dict, ids: np.ndarray, capture: tuple[int, ...]) -> tuple[dict, list]:
-    """Run ids through the target in fixed-size chunks: (cache, [(features, n_valid) per chunk])."""
-    chunks = []
-    for lo in range(0, len(ids), PREFILL_CHUNK):
-        chunk = ids[lo:lo + PREFILL_CHUNK]
-        padded = np.zeros((1, PREFILL_CHUNK), np.int32)
-        padded[0, :len(chunk)] = chunk
-        _, feats, cache = forward(target.params, cache, jnp.asarray(padded), jnp.asarray([lo], jnp.int32),
+def prefill(target: Target, cache: dict, bodies: list[np.ndarray], capture: tuple[int, ...]) -> tuple[dict, list]:
+    """Run each sequence's ids through the target in fixed-size chunks at the same offsets (ragged: rows past a
+    sequence's end are padding, written past its length and overwritten later): (cache, [(features, n_valid [B]),
+    one per chunk])."""
+    chunks, longest = [], max(len(ids) for ids in bodies)
+    for lo in range(0, longest, PREFILL_CHUNK):
+        padded = np.zeros((len(bodies), PREFILL_CHUNK), np.int32)
+        n_valid = [max(0, min(PREFILL_CHUNK, len(ids) - lo)) for ids in bodies]
+        for row, (ids, n) in enumerate(zip(bodies, n_valid, strict=True)):
+            padded[row, :n] = ids[lo:lo + n]
+        _, feats, cache = forward(target.params, cache, padded, np.full(len(bodies), lo, np.int32),
                                   cfg=target.cfg, capture=capture, with_logits=False)
-        chunks.append((feats, len(chunk)))
+        chunks.append((feats, n_valid))
     return cache, chunks
 
 
@@ -102,84 +106,140 @@ def settings_of(target: Target, drafter: Drafter, **kw) -> dict:
             "versions": {"jax": jax.__version__, "python": platform.python_version()}, **kw}
 
 
-def decode(target: Target, prompt: str, drafter: Drafter | None = None, max_new_tokens: int = 256,
-           temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-           raw: bool = False) -> Generator[StepTrace, None, GenerationResult]:
-    """Generator over StepTraces whose return value is the GenerationResult."""
+class _Sequence:
+    """One sequence's progress inside a batched generation."""
+
+    def __init__(self, ids: np.ndarray, state):
+        self.tokens, self.out, self.steps = [int(t) for t in ids], [], []
+        self.state, self.pending, self.stop, self.done_at = state, None, None, None
+
+
+def _features_of(feats: jax.Array | None, row: int) -> jax.Array | None:
+    return None if feats is None else feats[:, row:row + 1]
+
+
+def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = None, max_new_tokens: int = 256,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 raw: bool = False) -> Generator[list[tuple[int, StepTrace]], None, list[GenerationResult]]:
+    """Speculative decoding of a batch: every step drafts per sequence, then verifies all blocks in ONE target
+    pass with per-sequence acceptance and ragged lengths. Yields [(sequence index, StepTrace)] per step for
+    the sequences still running; returns one GenerationResult per prompt. Finished sequences ride along
+    as one-token blocks at their final position (static shapes: no recompilation when one stops)."""
     drafter = drafter or ArDrafter()
-    ids = target.encode(prompt, raw) if isinstance(prompt, str) else np.zeros(0, np.int32)
-    _validate(target, prompt, ids, max_new_tokens, temperature, top_p)
+    if not prompts:
+        raise GenerationError("no prompts to generate from")
+    ids = [target.encode(p, raw) if isinstance(p, str) else np.zeros(0, np.int32) for p in prompts]
+    for prompt, p_ids in zip(prompts, ids, strict=True):
+        _validate(target, prompt, p_ids, max_new_tokens, temperature, top_p)
     compiles0, t_start = jit_stats.compile_count(), time.perf_counter()
-    k_block = max(drafter.k, 1)
-    max_len = cache_len_for(len(ids), max_new_tokens, k_block + 1)
-    cache = init_cache(target.cfg, 1, max_len, target.params["embed"].dtype)
+    batch, k_block = len(ids), max(drafter.k, 1)
+    max_len = cache_len_for(max(len(i) for i in ids), max_new_tokens, k_block + 1)
+    cache = init_cache(target.cfg, batch, max_len, target.params["embed"].dtype, target.mesh)
     capture, greedy = tuple(drafter.feature_layers), temperature == 0.0
-    state = drafter.start(ids, max_len)
-    cache, chunks = prefill(target, cache, ids[:-1], capture)
-    for feats, n in chunks:
-        state = drafter.extend(state, feats, n)
+    seqs = [_Sequence(p_ids, drafter.start(p_ids, max_len)) for p_ids in ids]
+    cache, chunks = prefill(target, cache, [i[:-1] for i in ids], capture)
+    for feats, n_valid in chunks:
+        for row, (seq, n) in enumerate(zip(seqs, n_valid, strict=True)):
+            if n:
+                seq.state = drafter.extend(seq.state, _features_of(feats, row), n)
     jax.block_until_ready(cache)
     t_decode = time.perf_counter()
     prefill_ms = (t_decode - t_start) * 1e3
 
-    tokens, out, steps = [int(t) for t in ids], [], []
     key = jax.random.PRNGKey(seed)
-    temp, nucleus = jnp.float32(max(temperature, 1e-6)), jnp.float32(top_p)
-    pending, stop = None, "length"
-    while len(out) < max_new_tokens:
-        t0 = time.perf_counter()
-        if pending is not None:
-            state = drafter.extend(state, *pending)
-        proposal, state = drafter.propose(state, tokens)
-        jax.block_until_ready(proposal.ids)
+    temp, nucleus = np.float32(max(temperature, 1e-6)), np.float32(top_p)
+    while any(s.stop is None for s in seqs):
+        block = np.array([[s.tokens[-1]] * (k_block + 1) for s in seqs], np.int32)
+        starts = np.array([len(s.tokens) - 1 for s in seqs], np.int32)
+        n_drafted, proposals, draft_ms = np.zeros(batch, np.int32), {}, {}
+        for row, seq in enumerate(seqs):
+            if seq.stop is not None:
+                continue
+            t0 = time.perf_counter()
+            if seq.pending is not None:
+                seq.state = drafter.extend(seq.state, *seq.pending)
+            proposals[row], seq.state = drafter.propose(seq.state, seq.tokens)
+            jax.block_until_ready(proposals[row].ids)
+            n_drafted[row] = int(proposals[row].n)
+            block[row, 1:1 + n_drafted[row]] = np.asarray(proposals[row].ids)[:n_drafted[row]]
+            draft_ms[row] = (time.perf_counter() - t0) * 1e3
         t1 = time.perf_counter()
-        n_drafted = int(proposal.n)
-        block = np.full((1, k_block + 1), tokens[-1], np.int32)
-        block[0, 1:1 + n_drafted] = np.asarray(proposal.ids)[:n_drafted]
-        position = len(tokens) - 1
         key, sub = jax.random.split(key)
-        result, feats, cache = verify_block(target.params, cache, jnp.asarray(block),
-                                            jnp.asarray([position], jnp.int32), jnp.asarray([n_drafted], jnp.int32),
-                                            sub, temp, nucleus, cfg=target.cfg, capture=capture, greedy=greedy)
-        n_acc, bonus, p, top_ids, top_p_vals = (np.asarray(x)[0] for x in jax.device_get(result))
+        result, feats, cache = verify_block(target.params, cache, block, starts, n_drafted, sub, temp, nucleus,
+                                            cfg=target.cfg, capture=capture, greedy=greedy)
+        n_acc, bonus, p, top_ids, top_p_vals = (np.asarray(x) for x in fetch(result))
         t2 = time.perf_counter()
-        n_acc, bonus = int(n_acc), int(bonus)
-        drafted = [int(t) for t in block[0, 1:1 + n_drafted]]
-        emitted = (drafted[:n_acc] + [bonus])[:max_new_tokens - len(out)]
-        hit = [i for i, t in enumerate(emitted) if t in target.eos_ids]
-        if hit:
-            emitted, stop = emitted[:hit[0] + 1], "eos"
-        tokens += emitted
-        out += emitted
-        pending = (feats, n_acc + 1)
-        step = StepTrace(
-            index=len(steps), position=position, drafted=drafted, accepted=n_acc, bonus=bonus,
-            p=[float(x) for x in p[:n_drafted]], q=[float(x) for x in np.asarray(proposal.q)[:n_drafted]],
-            top5_ids=top_ids[:n_drafted + 1].tolist(), top5_p=top_p_vals[:n_drafted + 1].tolist(),
-            emitted=emitted, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3,
-            drafted_text=target.token_texts(drafted), bonus_text=target.token_texts([bonus])[0],
-            top5_text=[target.token_texts(r) for r in top_ids[:n_drafted + 1].tolist()])
-        steps.append(step)
-        yield step
-        if stop == "eos":
-            break
-    t_end = time.perf_counter()
-    n_drafted_total = sum(len(s.drafted) for s in steps)
+        traces = []
+        for row, proposal in proposals.items():
+            seq, n = seqs[row], int(n_drafted[row])
+            accepted, drafted = int(n_acc[row]), [int(t) for t in block[row, 1:1 + n]]
+            emitted = (drafted[:accepted] + [int(bonus[row])])[:max_new_tokens - len(seq.out)]
+            hit = [i for i, t in enumerate(emitted) if t in target.eos_ids]
+            if hit:
+                emitted, seq.stop = emitted[:hit[0] + 1], "eos"
+            seq.tokens += emitted
+            seq.out += emitted
+            seq.pending = (_features_of(feats, row), accepted + 1)
+            rows = top_ids[row, :n + 1].tolist()
+            step = StepTrace(
+                index=len(seq.steps), position=int(starts[row]), drafted=drafted, accepted=accepted,
+                bonus=int(bonus[row]), p=[float(x) for x in p[row, :n]],
+                q=[float(x) for x in np.asarray(proposal.q)[:n]], top5_ids=rows,
+                top5_p=top_p_vals[row, :n + 1].tolist(), emitted=emitted, draft_ms=draft_ms[row],
+                verify_ms=(t2 - t1) * 1e3, drafted_text=target.token_texts(drafted),
+                bonus_text=target.token_texts([int(bonus[row])])[0], top5_text=[target.token_texts(r) for r in rows])
+            seq.steps.append(step)
+            traces.append((row, step))
+            if seq.stop is None and len(seq.out) >= max_new_tokens:
+                seq.stop = "length"
+            if seq.stop is not None:
+                seq.done_at = time.perf_counter()
+        yield traces
+    settings = settings_of(target, drafter, temperature=temperature, top_p=top_p, seed=seed,
+                           max_new_tokens=max_new_tokens, raw=raw, batch=batch, mesh=mesh_label(target.mesh))
+    compiles = jit_stats.compile_count() - compiles0
+    return [_result(target, seq, p_ids, settings, t_start, t_decode, prefill_ms, compiles)
+            for seq, p_ids in zip(seqs, ids, strict=True)]
+
+
+def _result(target: Target, seq: _Sequence, ids: np.ndarray, settings: dict, t_start: float, t_decode: float,
+            prefill_ms: float, compiles: int) -> GenerationResult:
+    steps, out = seq.steps, seq.out
+    n_drafted = sum(len(s.drafted) for s in steps)
     n_accepted = sum(s.accepted for s in steps)
-    decode_s = t_end - t_decode
+    decode_s = seq.done_at - t_decode
     stats = {
         "tau": len(out) / len(steps) if steps else 0.0,
-        "acceptance_rate": n_accepted / n_drafted_total if n_drafted_total else None,
+        "acceptance_rate": n_accepted / n_drafted if n_drafted else None,
         "tok_per_s": len(out) / decode_s if decode_s > 0 else 0.0,
-        "wall_s": t_end - t_start, "prefill_ms": prefill_ms, "decode_s": decode_s,
+        "wall_s": seq.done_at - t_start, "prefill_ms": prefill_ms, "decode_s": decode_s,
         "n_steps": len(steps), "n_generated": len(out), "n_prompt": len(ids),
-        "drafted": n_drafted_total, "accepted": n_accepted,
+        "drafted": n_drafted, "accepted": n_accepted,
         "draft_ms": sum(s.draft_ms for s in steps), "verify_ms": sum(s.verify_ms for s in steps),
-        "stop_reason": stop, "compiles": jit_stats.compile_count() - compiles0,
+        "stop_reason": seq.stop, "compiles": compiles,
     }
-    settings = settings_of(target, drafter, temperature=temperature, top_p=top_p, seed=seed,
-                           max_new_tokens=max_new_tokens, raw=raw)
     return GenerationResult(target.decode(out), out, [int(t) for t in ids], steps, stats, settings)
+
+
+def decode(target: Target, prompt: str, drafter: Drafter | None = None,
+           **kw) -> Generator[StepTrace, None, GenerationResult]:
+    """Generator over one prompt's StepTraces whose return value is the GenerationResult (a batch of one)."""
+    steps = decode_batch(target, [prompt], drafter, **kw)
+    while True:
+        try:
+            traces = next(steps)
+        except StopIteration as done:
+            return done.value[0]
+        for _, step in traces:
+            yield step
+
+
+def _drain(gen: Generator):
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
 
 
 def stream(target: Target, prompt: str, drafter: Drafter | None = None, **kw) -> Iterator[StepTrace]:
@@ -189,9 +249,10 @@ def stream(target: Target, prompt: str, drafter: Drafter | None = None, **kw) ->
 
 def generate(target: Target, prompt: str, drafter: Drafter | None = None, **kw) -> GenerationResult:
     """Run a whole generation and return its result with every step."""
-    gen = decode(target, prompt, drafter, **kw)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as done:
-            return done.value
+    return _drain(decode(target, prompt, drafter, **kw))
+
+
+def generate_batch(target: Target, prompts: list[str], drafter: Drafter | None = None,
+                   **kw) -> list[GenerationResult]:
+    """Generate for a batch of prompts verified together (see decode_batch); one result per prompt."""
+    return _drain(decode_batch(target, prompts, drafter, **kw))

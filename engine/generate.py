@@ -2,6 +2,7 @@
 
     python -m engine.generate --prompt "..." --drafter ngram --k 8 --max-new-tokens 128 [--json]
     python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from .config import CheckpointError
 from .decode import GenerationError, generate
 from .drafters import DrafterError, load_drafter
+from .sharding import MeshError
 from .target import load_target
 
 
@@ -56,12 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
+    ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
     ap.add_argument("--raw", action="store_true", help="no chat template")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check-lossless", action="store_true")
     a = ap.parse_args(argv)
     try:
-        target = load_target(a.target, a.dtype, a.tokenizer)
+        target = load_target(a.target, a.dtype, a.tokenizer, mesh=a.mesh)
         drafter = load_drafter(a.drafter, target, k=a.k)
         baseline = load_drafter("ar", target) if a.check_lossless else None
         kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw)
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{result.text}\n--- {drafter.name} K={drafter.k}: tau {s['tau']:.2f}, acceptance {acc}, "
                       f"{s['tok_per_s']:.1f} tok/s, {s['n_generated']} tokens in {s['wall_s']:.2f} s"
                       + ("" if lossless is None else f", lossless {lossless}"), flush=True)
-    except (GenerationError, CheckpointError, DrafterError, OSError, json.JSONDecodeError) as e:
+    except (GenerationError, CheckpointError, DrafterError, MeshError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

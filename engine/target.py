@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from transformers import PreTrainedTokenizerBase
 
 from .config import CheckpointError, ModelConfig, read_json
+from .sharding import place_params, resolve_mesh
 from .tokenizer import encode_prompt, load_tokenizer
 from .weights import load_weights
 
@@ -23,6 +25,7 @@ class Target:
     dtype: str
     eos_ids: tuple[int, ...]
     name: str = field(default="")
+    mesh: Mesh | None = None  # params live on this mesh (None: one device)
 
     @property
     def weight_bytes(self) -> int:
@@ -49,15 +52,27 @@ def _eos_ids(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def load_target(path: str | Path | None = None, dtype: str = "float32", tokenizer: str | Path | None = None) -> Target:
+def shard_target(target: Target, mesh: Mesh | str | None) -> Target:
+    """The target with its weights placed on a mesh (a Mesh or "DxM"); None or "1x1" leaves it on one device."""
+    mesh = resolve_mesh(mesh)
+    if mesh is None:
+        return target
+    cfg = target.cfg
+    return replace(target, params=place_params(target.params, mesh, cfg.num_heads, cfg.num_kv_heads), mesh=mesh)
+
+
+def load_target(path: str | Path | None = None, dtype: str = "float32", tokenizer: str | Path | None = None,
+                mesh: Mesh | str | None = None) -> Target:
     """Load a target: a HF directory, a .gguf file, or (None) the embedded SmolLM2-135M-Instruct.
 
     `tokenizer`: a directory to load the tokenizer from instead of the checkpoint (e.g. one saved with
     `save_pretrained`, to skip the GGUF conversion or run where that conversion is unavailable).
+    `mesh`: shard the weights over a device mesh (see engine.sharding).
     """
+    mesh = resolve_mesh(mesh)  # a bad mesh fails before the weights load
     cfg, params, resolved = load_weights(path, dtype)
     tokenizer = load_tokenizer(Path(tokenizer) if tokenizer else resolved)
     if len(tokenizer) > cfg.vocab_size:
         raise CheckpointError(f"tokenizer has {len(tokenizer)} tokens but the model only {cfg.vocab_size}")
     name = resolved.stem if resolved.suffix == ".gguf" else resolved.name
-    return Target(cfg, params, tokenizer, resolved, dtype, _eos_ids(resolved, tokenizer), name)
+    return shard_target(Target(cfg, params, tokenizer, resolved, dtype, _eos_ids(resolved, tokenizer), name), mesh)

@@ -2,6 +2,7 @@
 
     python -m experiments.bench --suite gsm8k,humaneval,mtbench --drafters ar,ngram,dflash,eagle3 --k 4,8,16 \
         [--limit N] [--max-new-tokens 128] [--temperature 0] [--db PATH] [--json] [--target PATH] [--dtype D] [--peers]
+        [--batch 1,4,16] [--mesh DxM]
 
 Every (drafter, K) first generates once from the first prompt untimed (XLA compiles, allocations). Then, for
 each prompt in turn, `ar` runs first and every (drafter, K) after it, so slow drift of a shared machine hits
@@ -18,6 +19,11 @@ Per (suite, drafter, K) over the same n prompts:
 - lossless: greedy only (temperature 0): the token ids equal ar's on every prompt (None when sampling).
 `ar` is always run (added first when missing) and has K 0. --peers adds transformers' PyTorch baselines
 (experiments/peers.py) into the same interleaved loop; see its docstring for their timing.
+
+--batch B runs consecutive groups of B prompts (whole groups only) verified together (engine.decode_batch):
+tok_per_s is then the batch's throughput (all its tokens over the time until its last sequence finished),
+speedup is against `ar` at the same batch size, lossless is per sequence, and `x_ar1` is the throughput over
+`ar`'s at batch 1: where K-Flat ends, batching and drafting compete for the same idle compute.
 """
 
 from __future__ import annotations
@@ -28,10 +34,19 @@ import statistics
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine import CheckpointError, DrafterError, GenerationError, GenerationResult, Target, generate, load_drafter
+from engine import (
+    CheckpointError,
+    DrafterError,
+    GenerationError,
+    GenerationResult,
+    MeshError,
+    Target,
+    generate_batch,
+    load_drafter,
+)
 from engine import load_target as _load_target
 from storage import DEFAULT_PATH, HistoryError, open_history
 
@@ -42,13 +57,14 @@ MODEL_DRAFTERS_MISSING = "this engine has no implementation of it yet"
 
 @dataclass
 class Outcome:
-    """One counted generation: decode_s covers decode_tokens tokens (prefill excluded); wall_s includes prefill."""
+    """One counted generation (of one prompt, or of a group verified together: then token_ids holds one list
+    per prompt): decode_s covers decode_tokens tokens (prefill excluded); wall_s includes prefill."""
 
-    token_ids: list[int]
+    token_ids: list
     decode_s: float
     decode_tokens: int
     wall_s: float
-    result: GenerationResult | None = None
+    results: list[GenerationResult] = field(default_factory=list)
 
 
 class Contender(Protocol):
@@ -60,23 +76,41 @@ class Contender(Protocol):
     def run(self, row: dict) -> Outcome: ...
 
 
-class EngineContender:
-    """Our engine with one drafter; runs that compiled are repeated so compiles never count."""
+def prompt_rows(row: dict) -> list[dict]:
+    """The prompt rows of a bench row: a group's members, or the row itself."""
+    return row.get("rows", [row])
 
-    def __init__(self, target: Target, drafter, **generate_kw) -> None:
-        self.target, self.drafter, self.kw = target, drafter, generate_kw
+
+def groups_of(prompts: list[dict], batch: int) -> list[dict]:
+    """Consecutive whole groups of `batch` prompts as bench rows (batch 1: the prompts themselves)."""
+    if batch == 1:
+        return prompts
+    return [{"id": f"{prompts[i]['id']}+{batch}", "rows": prompts[i:i + batch]}
+            for i in range(0, len(prompts) - batch + 1, batch)]
+
+
+class EngineContender:
+    """Our engine with one drafter over a group of `batch` prompts verified together; runs that compiled are
+    repeated so compiles never count."""
+
+    def __init__(self, target: Target, drafter, batch: int = 1, **generate_kw) -> None:
+        self.target, self.drafter, self.batch, self.kw = target, drafter, batch, generate_kw
         self.name, self.k = drafter.name, drafter.k
 
+    def _generate(self, row: dict) -> list[GenerationResult]:
+        return generate_batch(self.target, [r["prompt"] for r in prompt_rows(row)], self.drafter, **self.kw)
+
     def warm_up(self, row: dict) -> None:
-        generate(self.target, row["prompt"], self.drafter, **self.kw)
+        self._generate(row)
 
     def run(self, row: dict) -> Outcome:
         for _ in range(2):
-            result = generate(self.target, row["prompt"], self.drafter, **self.kw)
-            if not result.stats["compiles"]:
+            results = self._generate(row)
+            if not any(r.stats["compiles"] for r in results):
                 break
-        s = result.stats
-        return Outcome(result.token_ids, s["decode_s"], s["n_generated"], s["wall_s"], result)
+        ids = [r.token_ids for r in results]
+        return Outcome(ids if "rows" in row else ids[0], max(r.stats["decode_s"] for r in results),
+                       sum(r.stats["n_generated"] for r in results), max(r.stats["wall_s"] for r in results), results)
 
 
 def interleave(prompts: list[dict], contenders: list[Contender],
@@ -93,6 +127,11 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
 
 
+def sequences(o: Outcome) -> list[list[int]]:
+    """An outcome's token ids per prompt."""
+    return [r.token_ids for r in o.results] if o.results else [o.token_ids]
+
+
 def ms_per_token(outcomes: list[Outcome]) -> float | None:
     """Pooled decode milliseconds per decoded token."""
     tokens = sum(o.decode_tokens for o in outcomes)
@@ -101,12 +140,12 @@ def ms_per_token(outcomes: list[Outcome]) -> float | None:
 
 def summarize(suite: str, c: Contender, outcomes: list[Outcome], ref: list[Outcome], greedy: bool) -> dict:
     """The row of one (suite, contender) against the reference outcomes of the same prompts (see module doc)."""
-    results = [o.result for o in outcomes if o.result is not None]
+    results = [r for o in outcomes for r in o.results]
     drafted = sum(r.stats["drafted"] for r in results)
     mspt = ms_per_token(outcomes)
-    same = [o.token_ids == r.token_ids for o, r in zip(outcomes, ref, strict=True)]
+    same = [a == b for o, r in zip(outcomes, ref, strict=True) for a, b in zip(sequences(o), sequences(r), strict=True)]
     return {
-        "suite": suite, "drafter": c.name, "k": c.k, "n": len(outcomes),
+        "suite": suite, "drafter": c.name, "k": c.k, "batch": getattr(c, "batch", 1), "n": len(same),
         "tau": statistics.fmean(r.stats["tau"] for r in results) if results else None,
         "acceptance_rate": sum(r.stats["accepted"] for r in results) / drafted if drafted else None,
         "tok_per_s": 1e3 / mspt if mspt else None, "ms_per_token": mspt,
@@ -135,26 +174,29 @@ def suite_table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         check = "-" if r["lossless"] is None else f"{r['n_lossless']}/{r['n']}"
-        body.append([r["drafter"], r["k"], r["n"], _fmt(r["tau"]), _fmt(r["acceptance_rate"], ".3f"),
-                     _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x", check,
+        body.append([r["drafter"], r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
+                     _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
+                     _fmt(r.get("x_ar1"), ".2f") + "x", check,
                      _fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
-    return text_table(["drafter", "K", "n", "tau", "accept", "tok/s", "speedup", "lossless", "ours x"], body)
+    return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "lossless",
+                       "ours x"], body)
 
 
-def load_contenders(target: Target, names: list[str], ks: list[int], **kw) -> tuple[list[EngineContender], list[str]]:
-    """Engine contenders (ar first, K 0) and one line per drafter that could not be loaded."""
-    contenders, problems = [EngineContender(target, load_drafter("ar", target), **kw)], {}
+def load_contenders(target: Target, names: list[str], ks: list[int], batches: tuple[int, ...] = (1,),
+                    **kw) -> tuple[list[EngineContender], list[str]]:
+    """Engine contenders (per batch size: ar first, K 0) and one line per drafter that could not be loaded."""
+    drafters, problems = [load_drafter("ar", target)], {}
     for name in dict.fromkeys(n for n in names if n != "ar"):
         for k in ks:
             try:
-                contenders.append(EngineContender(target, load_drafter(name, target, k=k), **kw))
+                drafters.append(load_drafter(name, target, k=k))
             except ModuleNotFoundError as e:
                 problems.setdefault((name, f"{MODEL_DRAFTERS_MISSING} ({e.name} is missing)"), []).append(k)
             except (DrafterError, CheckpointError, OSError) as e:
                 problems.setdefault((name, str(e)), []).append(k)
     lines = [f"drafter {name} unavailable at K={','.join(map(str, k_list))}: {why}"
              for (name, why), k_list in problems.items()]
-    return contenders, lines
+    return [EngineContender(target, d, b, **kw) for b in batches for d in drafters], lines
 
 
 class _Recorder:
@@ -169,12 +211,21 @@ class _Recorder:
         self.outcomes.setdefault(id(c), []).append(out)
         if c.name == "ar" and isinstance(c, EngineContender):
             self.ref[row["id"]] = out
-        if out.result is None:
+        if not out.results:  # peers are timed, not stored
             return
-        lossless = self.ref[row["id"]].token_ids == out.token_ids if self.greedy else None
-        self.history.write_run(out.result.to_dict(), prompt=row["prompt"], suite=self.suite, prompt_id=row["id"],
-                               category=row.get("category"), source="bench", lossless=lossless,
-                               comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}")
+        ref = sequences(self.ref[row["id"]])
+        for result, member, want in zip(out.results, prompt_rows(row), ref, strict=True):
+            lossless = want == result.token_ids if self.greedy else None
+            self.history.write_run(result.to_dict(), prompt=member["prompt"], suite=self.suite,
+                                   prompt_id=member["id"], category=member.get("category"), source="bench",
+                                   lossless=lossless, comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}")
+
+
+def scaling_rows(rows: list[dict]) -> None:
+    """Set x_ar1 on every row: its throughput over ar's at batch 1 (when batch 1 ran)."""
+    ar1 = next((r for r in rows if r["drafter"] == "ar" and r["batch"] == 1 and not r.get("peer")), None)
+    for r in rows:
+        r["x_ar1"] = _ratio(r["tok_per_s"], ar1 and ar1["tok_per_s"])
 
 
 def peer_rows(rows: list[dict]) -> None:
@@ -217,7 +268,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--peers", action="store_true", help="also time transformers' generate and prompt lookup")
     ap.add_argument("--torch-threads", type=int, default=None, help="torch threads for --peers (default: torch's)")
-    ap.add_argument("--json", action="store_true", help="one JSON row per (suite, drafter, K) instead of tables")
+    ap.add_argument("--batch", default="1", help="comma-separated batch sizes: groups of prompts verified together")
+    ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
+    ap.add_argument("--json", action="store_true", help="one JSON row per (suite, drafter, K, batch) instead of tables")
     return ap.parse_args(argv)
 
 
@@ -231,35 +284,48 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
 
     a = parse_args(argv)
     try:
-        ks = [int(k) for k in _csv(a.k)]
+        ks, batches = [int(k) for k in _csv(a.k)], [int(b) for b in _csv(a.batch)]
+        if not batches or min(batches) < 1:
+            raise ValueError(f"--batch needs positive batch sizes, got {a.batch!r}")
         suites = {suite_label(name): load_suite(name, a.limit) for name in _csv(a.suite)}
         if not suites:
             raise SuiteError("--suite names no suite")
         history = open_history(a.db)
-        target = target or _load_target(a.target, a.dtype)
+        target = target or _load_target(a.target, a.dtype, mesh=a.mesh)
         kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
-        contenders, problems = load_contenders(target, _csv(a.drafters), ks, **kw)
+        contenders, problems = load_contenders(target, _csv(a.drafters), ks, tuple(batches), **kw)
         if a.peers:
             from .peers import peer_contenders
             contenders += peer_contenders(target, ks, dtype=a.dtype, threads=a.torch_threads, **kw)
-    except (SuiteError, HistoryError, GenerationError, CheckpointError, DrafterError, RuntimeError, OSError,
-            ValueError) as e:
+    except (SuiteError, HistoryError, GenerationError, CheckpointError, DrafterError, MeshError, RuntimeError,
+            OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for line in problems:
         print(line, file=sys.stderr)
     session, greedy = uuid.uuid4().hex[:8], a.temperature == 0.0
-    total = sum(len(p) for p in suites.values()) * len(contenders) + len(contenders)
+    plan = {(label, b): (groups_of(prompts, b), [c for c in contenders if getattr(c, "batch", 1) == b])
+            for label, prompts in suites.items() for b in batches}
+    for (label, b), (groups, _) in plan.items():
+        if not groups:
+            problems.append(f"{label}: fewer than {b} prompts, so no batch of {b}")
+    warm_ups = {b: len(cs) for (_, b), (g, cs) in plan.items() if g}  # each batch size warms up once
+    total = sum(len(g) * len(cs) for g, cs in plan.values()) + sum(warm_ups.values())
     with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
         try:
-            bar.set_postfix_str("warm-up")
-            first = next(iter(suites.values()))[0]
-            for c in contenders:
-                c.warm_up(first)
-                bar.update()
-            for label, prompts in suites.items():
+            warm = set()
+            for label in suites:
                 bar.set_postfix_str(label)
-                rows = bench_suite(label, prompts, contenders, history, session, greedy, bar)
+                rows = []
+                for b in batches:
+                    groups, group_contenders = plan[(label, b)]
+                    if groups and b not in warm:  # once per batch size: shapes do not depend on the suite
+                        warm.add(b)
+                        for c in group_contenders:
+                            c.warm_up(groups[0])
+                            bar.update()
+                        rows += bench_suite(label, groups, group_contenders, history, session, greedy, bar)
+                scaling_rows(rows)
                 _print_suite(label, rows, a, target, problems, bar)
         except (GenerationError, HistoryError) as e:
             print(f"error: {e}", file=sys.stderr)

@@ -57,7 +57,7 @@ def _row(name: str, dtype: str, outcomes: list[Outcome], weight_bytes: int, copy
            "ms_per_token": mspt, "tok_per_s": 1e3 / mspt, "weight_bytes": weight_bytes,
            "weight_gb_s": weight_bytes * 1e3 / mspt / 1e9, "copy_gb_s": copy_gb_s}
     row["bandwidth_fraction"] = row["weight_gb_s"] / copy_gb_s
-    results = [o.result for o in outcomes if o.result is not None]
+    results = [r for o in outcomes for r in o.results]
     if results:
         steps = sum(r.stats["n_steps"] for r in results)
         decode_ms = 1e3 * sum(r.stats["decode_s"] for r in results)

@@ -23,7 +23,7 @@ def target():
     return load_target()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -34,7 +34,7 @@ def app_server(tmp_path_factory):
     """(url, db path) of `python app.py` serving a fresh history; stopped after the module."""
     tmp = tmp_path_factory.mktemp("app")
     db, log = tmp / "history.duckdb", tmp / "app.log"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--db", str(db)], cwd=REPO,

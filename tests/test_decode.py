@@ -16,6 +16,7 @@ from engine import (
     StepTrace,
     compile_count,
     generate,
+    generate_batch,
     load_drafter,
     load_target,
     stream,
@@ -67,6 +68,25 @@ def test_trace_records_are_consistent(target):
     assert st["acceptance_rate"] == pytest.approx(sum(s.accepted for s in steps) / sum(len(s.drafted) for s in steps))
     assert result.text == target.decode(result.token_ids)
     json.dumps(result.to_dict())  # plain data all the way down
+
+
+@pytest.mark.parametrize("name", ["ar", "ngram", "dflash"])
+def test_batch_is_lossless_per_sequence_with_ragged_lengths(target, ar_outputs, name):
+    """Four prompts of different lengths verified together: each sequence's tokens equal its greedy output
+    alone, each keeps its own positions, and finished sequences stop while the others go on."""
+    rows = [0, 7, 15, 18]
+    prompts = [LOSSLESS_PROMPTS[i] for i in rows]
+    drafter = load_drafter(name, target, k=None if name == "ar" else 4)
+    results = generate_batch(target, prompts, drafter, max_new_tokens=MAX_NEW)
+    assert len({len(r.prompt_ids) for r in results}) == len(rows), "prompts should have ragged lengths"
+    for i, res in zip(rows, results, strict=True):
+        assert res.token_ids == ar_outputs[i], LOSSLESS_PROMPTS[i]
+        assert [t for s in res.steps for t in s.emitted] == res.token_ids
+        positions = np.cumsum([len(res.prompt_ids) - 1] + [len(s.emitted) for s in res.steps[:-1]])
+        assert [s.position for s in res.steps] == positions.tolist()
+        assert res.settings["batch"] == len(rows) and res.stats["n_steps"] == len(res.steps)
+    if name == "ngram":
+        assert len({r.stats["n_steps"] for r in results}) > 1, "sequences should finish after different steps"
 
 
 def test_no_recompilation_after_warmup(target):

@@ -35,6 +35,7 @@ from .base import DrafterError, Proposal, check_k
 from .layers import (
     body_config,
     body_json,
+    cache_zeros,
     check_fc,
     check_hidden,
     check_layer_ids,
@@ -46,6 +47,7 @@ from .layers import (
     layer_tensors,
     load_layers,
     matrix,
+    on_mesh,
     random_layers,
     random_matrix,
     read_config,
@@ -276,7 +278,8 @@ class DFlashDrafter:
     def __init__(self, target: Target, cfg: DFlashConfig, params: dict, k: int | None = None,
                  checkpoint: str | None = None):
         check_fit(cfg, params["fc"].shape[0], target.cfg)
-        self.cfg, self.params, self.head = cfg, params, shared_head(target.params)
+        self.cfg, self.params, self.head = cfg, on_mesh(params, target.mesh, cfg.body), shared_head(target.params)
+        self.mesh = target.mesh
         self.block_size = cfg.block_size
         self.k = check_k(cfg.block_size - 1 if k is None else k, cfg.block_size - 1, self.name)
         self.feature_layers = cfg.target_layer_ids
@@ -289,9 +292,8 @@ class DFlashDrafter:
         return other
 
     def start(self, prompt_ids: np.ndarray, max_len: int) -> DFlashState:
-        body = self.cfg.body
-        shape, dtype = (1, body.num_kv_heads, max_len, body.head_dim), self.params["fc"].dtype
-        zeros = lambda: [jnp.zeros(shape, dtype) for _ in range(body.num_layers)]  # noqa: E731
+        body, dtype = self.cfg.body, self.params["fc"].dtype
+        zeros = lambda: [cache_zeros(body, max_len, dtype, self.mesh) for _ in range(body.num_layers)]  # noqa: E731
         return DFlashState(zeros(), zeros(), 0)
 
     def extend(self, state: DFlashState, features: jax.Array, n_new: int) -> DFlashState:

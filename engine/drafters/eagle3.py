@@ -45,6 +45,7 @@ from .base import DrafterError, Proposal, check_k
 from .layers import (
     body_config,
     body_json,
+    cache_zeros,
     check_fc,
     check_hidden,
     check_layer_ids,
@@ -55,6 +56,7 @@ from .layers import (
     layer_tensors,
     load_layers,
     matrix,
+    on_mesh,
     random_layers,
     random_matrix,
     read_config,
@@ -305,8 +307,9 @@ class Eagle3Drafter:
                  checkpoint: str | None = None):
         d2t = np.asarray(d2t)
         check_fit(cfg, params, d2t, target.cfg)
-        self.cfg, self.params, self.d2t = cfg, params, jnp.asarray(d2t, jnp.int32)
-        self.embed = params.get("embed", target.params["embed"])
+        self.cfg, self.params, self.d2t = cfg, on_mesh(params, target.mesh, cfg.body), jnp.asarray(d2t, jnp.int32)
+        self.embed = self.params.get("embed", target.params["embed"])
+        self.mesh = target.mesh
         self.k = check_k(DEFAULT_K if k is None else k, MAX_K, self.name)
         self.feature_layers = cfg.feature_layers
         self.checkpoint = checkpoint
@@ -318,11 +321,10 @@ class Eagle3Drafter:
         return other
 
     def start(self, prompt_ids: np.ndarray, max_len: int) -> Eagle3State:
-        body = self.cfg.body
-        shape, dtype = (1, body.num_kv_heads, max_len, body.head_dim), self.params["fc"].dtype
+        body, dtype = self.cfg.body, self.params["fc"].dtype
         window = jnp.zeros((1, self.k + 1, body.hidden_size), jnp.float32)
-        return Eagle3State(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), window, 0, 0,
-                           np.asarray(prompt_ids, np.int32))
+        return Eagle3State(cache_zeros(body, max_len, dtype, self.mesh), cache_zeros(body, max_len, dtype, self.mesh),
+                           window, 0, 0, np.asarray(prompt_ids, np.int32))
 
     def extend(self, state: Eagle3State, features: jax.Array, n_new: int) -> Eagle3State:
         rows, room = features.shape[2], state.k.shape[2]

@@ -21,6 +21,7 @@ from safetensors.numpy import save_file
 
 from ..config import CheckpointError, ModelConfig, config_from_hf, read_json
 from ..model import lm_head
+from ..sharding import heads_divide, place_params, zeros
 from ..weights import DTYPES, LAYER_KEYS
 from .base import DrafterError
 
@@ -30,6 +31,17 @@ INIT_STD = 0.02  # Hugging Face initializer_range
 def shared_head(target_params: dict) -> dict:
     """The target's frozen embedding [V, H] and LM head [H, V] (absent when tied) that drafters reuse."""
     return {k: target_params[k] for k in ("embed", "lm_head") if k in target_params}
+
+
+def on_mesh(params: dict, mesh, body: ModelConfig) -> dict:
+    """Drafter weights placed on the target's mesh (returned unchanged without one)."""
+    return params if mesh is None else place_params(params, mesh, body.num_heads, body.num_kv_heads)
+
+
+def cache_zeros(body: ModelConfig, max_len: int, dtype, mesh) -> jax.Array:
+    """One zeroed [1, Nkv, max_len, D] drafter cache buffer, on the target's mesh when it has one."""
+    split = mesh is not None and heads_divide(mesh, body.num_heads, body.num_kv_heads)
+    return zeros((1, body.num_kv_heads, max_len, body.head_dim), dtype, mesh, split)
 
 
 def head_logits(head: dict, h: jax.Array) -> jax.Array:

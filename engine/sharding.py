@@ -1,0 +1,134 @@
+"""Weights, KV caches and batches over a JAX device mesh ("data" x "model"), with logical-axis rules.
+
+A dimension names what it is (batch, heads, kv_heads, mlp, vocab); RULES map those names to mesh axes:
+the batch over "data", attention heads, MLP and vocabulary over "model" (Megatron-style column/row
+splits, so XLA's SPMD partitioner inserts one all-reduce after attention and one after the MLP). A
+dimension that does not divide by its mesh axis stays replicated, and attention stays replicated when
+either head count does not divide, so every model runs on every mesh; `describe` says what was split.
+Arrays are built with `jax.make_array_from_callback`, so the same code places them across processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXES = ("data", "model")
+RULES = {"batch": "data", "heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
+# leaf name -> logical axes of its dimensions (weights are [in, out]; embed is [V, H])
+WEIGHT_AXES = {"wq": (None, "heads"), "wk": (None, "kv_heads"), "wv": (None, "kv_heads"), "wo": ("heads", None),
+               "w_gate": (None, "mlp"), "w_up": (None, "mlp"), "w_down": ("mlp", None),
+               "embed": ("vocab", None), "lm_head": (None, "vocab")}
+CACHE_AXES = ("batch", "kv_heads", None, None)  # [B, Nkv, S, D]
+
+
+class MeshError(ValueError):
+    """A mesh that cannot be built on the devices at hand; the message says why."""
+
+
+def parse_mesh(spec: str) -> tuple[int, int]:
+    """"DxM" -> (data, model)."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", str(spec))
+    if not m or int(m[1]) < 1 or int(m[2]) < 1:
+        raise MeshError(f"mesh must look like DxM (data x model), e.g. 1x8 or 2x4; got {spec!r}")
+    return int(m[1]), int(m[2])
+
+
+def make_mesh(spec: str) -> Mesh:
+    """A ("data", "model") mesh over the first D*M devices (all processes' devices, in jax.devices() order)."""
+    d, m = parse_mesh(spec)
+    devices = jax.devices()
+    if d * m > len(devices):
+        raise MeshError(f"mesh {d}x{m} needs {d * m} devices but {len(devices)} are visible "
+                        f"({jax.default_backend()}); on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N")
+    return jax.make_mesh((d, m), AXES, axis_types=(AxisType.Auto,) * 2, devices=devices[:d * m])
+
+
+def resolve_mesh(mesh: Mesh | str | None) -> Mesh | None:
+    """A Mesh from a Mesh, "DxM" or None; None (one device) for None and "1x1"."""
+    if mesh is None or isinstance(mesh, Mesh):
+        return mesh
+    return None if parse_mesh(mesh) == (1, 1) else make_mesh(mesh)
+
+
+def mesh_label(mesh: Mesh | None) -> str:
+    return "1x1" if mesh is None else "x".join(str(mesh.shape[a]) for a in AXES)
+
+
+def partition(shape: tuple[int, ...], logical: tuple[str | None, ...], mesh: Mesh, shard_heads: bool = True) -> P:
+    """The PartitionSpec of an array whose dimensions are `logical`; indivisible dimensions are replicated."""
+    spec = []
+    for size, name in zip(shape, logical, strict=True):
+        axis = RULES.get(name) if name else None
+        if name in ("heads", "kv_heads") and not shard_heads:
+            axis = None
+        spec.append(axis if axis and size % mesh.shape[axis] == 0 else None)
+    return P(*spec)
+
+
+def put(x, sharding: NamedSharding) -> jax.Array:
+    """One global array from a host value every process holds (each device takes its own slice)."""
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def heads_divide(mesh: Mesh, num_heads: int, num_kv_heads: int) -> bool:
+    m = mesh.shape["model"]
+    return num_heads % m == 0 and num_kv_heads % m == 0
+
+
+def place_params(params: dict, mesh: Mesh, num_heads: int, num_kv_heads: int) -> dict:
+    """Every weight of a params pytree placed on the mesh by its leaf name (unknown names: replicated)."""
+    shard_heads = heads_divide(mesh, num_heads, num_kv_heads)
+
+    def one(path, x):
+        name = next((k.key for k in reversed(path) if isinstance(k, jax.tree_util.DictKey)), None)
+        logical = WEIGHT_AXES.get(name, (None,) * np.ndim(x))
+        if len(logical) != np.ndim(x):
+            logical = (None,) * np.ndim(x)
+        return put(x, NamedSharding(mesh, partition(np.shape(x), logical, mesh, shard_heads)))
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+def cache_sharding(mesh: Mesh, shape: tuple[int, ...], shard_heads: bool) -> NamedSharding:
+    return NamedSharding(mesh, partition(shape, CACHE_AXES, mesh, shard_heads))
+
+
+@functools.cache
+def _zeros_on(shape: tuple[int, ...], dtype, sharding: NamedSharding):
+    """A compiled zeros builder per (shape, dtype, sharding): each device fills only its own slice."""
+    return jax.jit(lambda: jax.numpy.zeros(shape, dtype), out_shardings=sharding)
+
+
+def zeros(shape: tuple[int, ...], dtype, mesh: Mesh | None, shard_heads: bool = True) -> jax.Array:
+    """A zeroed [B, Nkv, S, D] cache buffer, on the mesh when there is one."""
+    if mesh is None:
+        return jax.numpy.zeros(shape, dtype)
+    return _zeros_on(tuple(shape), dtype, cache_sharding(mesh, shape, shard_heads))()
+
+
+def describe(mesh: Mesh | None, params: dict, num_heads: int, num_kv_heads: int) -> str:
+    """One line on how a params pytree is split, e.g. for logs and run settings."""
+    if mesh is None:
+        return "one device"
+    split = sorted({name for path, x in jax.tree_util.tree_leaves_with_path(params)
+                    for name in [getattr(path[-1], "key", None)]
+                    if not x.sharding.is_fully_replicated})
+    heads = "split" if heads_divide(mesh, num_heads, num_kv_heads) else "replicated (heads do not divide)"
+    return f"mesh {mesh_label(mesh)}: split {', '.join(split) or 'nothing'}; attention {heads}"
+
+
+def fetch(tree):
+    """Device values to host numpy, also when they span processes (then every process gets all of them)."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(lambda x: np.asarray(x) if getattr(x, "is_fully_replicated", True)
+                        else multihost_utils.process_allgather(x, tiled=True), tree)

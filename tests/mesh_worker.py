@@ -1,0 +1,71 @@
+"""Run the embedded model on one device and on meshes of simulated CPU devices; print what to compare as JSON.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/mesh_worker.py
+Run as a separate process by tests/test_sharding.py (the device count is fixed when JAX starts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import jax
+import numpy as np
+
+from engine.cache import init_cache
+from engine.decode import generate, generate_batch
+from engine.drafters import load_drafter
+from engine.model import forward
+from engine.sharding import describe
+from engine.target import load_target, shard_target
+
+PROMPTS = ["What is 12 plus 7? Explain step by step.", "Write a Python function that reverses a string."]
+DRAFTERS = {"ar": None, "ngram": 4, "dflash": 4, "eagle3": 4}
+MAX_NEW = 24
+
+
+def logits_of(target, ids: np.ndarray) -> np.ndarray:
+    cache = init_cache(target.cfg, 1, 64, target.params["embed"].dtype, target.mesh)
+    logits, _, _ = forward(target.params, cache, ids[None], np.zeros(1, np.int32), cfg=target.cfg)
+    return np.asarray(jax.device_get(logits))[0]
+
+
+def run(target, name: str, prompt: str) -> dict:
+    drafter = load_drafter(name, target, k=DRAFTERS[name])
+    generate(target, prompt, drafter, max_new_tokens=MAX_NEW)  # warm-up: compiles
+    res = generate(target, prompt, drafter, max_new_tokens=MAX_NEW)
+    return {"tokens": res.token_ids, "p": [x for s in res.steps for x in s.p], "q": [x for s in res.steps for x in s.q],
+            "compiles": res.stats["compiles"]}
+
+
+def main() -> None:
+    single = load_target()
+    ids = single.encode(PROMPTS[0])
+    ref = {name: run(single, name, PROMPTS[0]) for name in DRAFTERS}
+    ref_logits = logits_of(single, ids)
+    out = {"devices": jax.device_count(), "meshes": {}, "batch": {}}
+    for spec in ("1x8", "1x3"):
+        target = shard_target(single, spec)
+        runs = {}
+        for name in DRAFTERS:
+            got = run(target, name, PROMPTS[0])
+            runs[name] = {"same_tokens": got["tokens"] == ref[name]["tokens"], "n_tokens": len(got["tokens"]),
+                          "p_diff": float(np.max(np.abs(np.subtract(got["p"], ref[name]["p"])), initial=0.0)),
+                          "q_diff": float(np.max(np.abs(np.subtract(got["q"], ref[name]["q"])), initial=0.0)),
+                          "compiles": got["compiles"]}
+        out["meshes"][spec] = {"layout": describe(target.mesh, target.params, target.cfg.num_heads,
+                                                  target.cfg.num_kv_heads),
+                               "logits_diff": float(np.max(np.abs(logits_of(target, ids) - ref_logits))),
+                               "runs": runs}
+    target = shard_target(single, "2x4")
+    for name in ("ngram", "dflash"):
+        drafter = load_drafter(name, target, k=4)
+        results = generate_batch(target, PROMPTS, drafter, max_new_tokens=MAX_NEW)
+        alone = [generate(single, p, load_drafter(name, single, k=4), max_new_tokens=MAX_NEW) for p in PROMPTS]
+        out["batch"][name] = {"same_tokens": [r.token_ids == a.token_ids for r, a in zip(results, alone, strict=True)],
+                              "n_tokens": [len(r.token_ids) for r in results]}
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

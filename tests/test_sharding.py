@@ -1,0 +1,116 @@
+"""Sharded decoding: 1 device vs meshes of 8 simulated CPU devices, and a two-process run on loopback.
+
+JAX fixes the device count when it starts, so the mesh runs happen in child processes
+(tests/mesh_worker.py, tests/multihost_worker.py) and report JSON that these tests check.
+Tolerances: target logits within 5e-4 (absolute, logits of magnitude ~10-30: only the order of
+float32 reductions differs), per-token probabilities p and q within 1e-4; tokens identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.decode import generate
+from engine.drafters import load_drafter
+from engine.sharding import MeshError, make_mesh, parse_mesh
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGITS_TOL, PROB_TOL = 5e-4, 1e-4
+
+
+def child_env(devices: int | None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("XLA_FLAGS", None)
+    if devices:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+@pytest.fixture(scope="module")
+def mesh_run() -> dict:
+    proc = subprocess.run([sys.executable, "tests/mesh_worker.py"], cwd=ROOT, env=child_env(8), capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return last_json(proc.stdout)
+
+
+def last_json(stdout: str) -> dict:
+    """A worker's report: its last stdout line (libraries such as Gloo may print lines before it)."""
+    lines = stdout.strip().splitlines()
+    assert lines, "the worker printed nothing"
+    return json.loads(lines[-1])
+
+
+def test_parse_mesh_and_clear_errors():
+    assert parse_mesh("2x4") == (2, 4) and parse_mesh(" 1 X 8 ") == (1, 8)
+    for bad in ("8", "0x2", "axb", "2x"):
+        with pytest.raises(MeshError, match="DxM"):
+            parse_mesh(bad)
+    with pytest.raises(MeshError, match="needs 64 devices"):
+        make_mesh("8x8")
+
+
+def test_mesh_layouts_split_what_divides(mesh_run):
+    assert mesh_run["devices"] == 8
+    layout_8, layout_3 = mesh_run["meshes"]["1x8"]["layout"], mesh_run["meshes"]["1x3"]["layout"]
+    # SmolLM2: 9 query / 3 KV heads do not divide by 8, so attention stays replicated there; MLP and vocab split
+    assert "w_gate" in layout_8 and "embed" in layout_8 and "attention replicated" in layout_8
+    assert "wq" in layout_3 and "attention split" in layout_3
+
+
+@pytest.mark.parametrize("spec", ["1x8", "1x3"])
+def test_sharded_generation_matches_one_device(mesh_run, spec):
+    got = mesh_run["meshes"][spec]
+    assert got["logits_diff"] < LOGITS_TOL
+    for name, run in got["runs"].items():
+        assert run["same_tokens"] and run["n_tokens"] == 24, (spec, name)
+        assert run["p_diff"] < PROB_TOL and run["q_diff"] < PROB_TOL, (spec, name, run)
+        assert run["compiles"] == 0, (spec, name, "recompiled after warm-up")
+
+
+def test_batched_generation_on_mesh_is_lossless_per_sequence(mesh_run):
+    for name, run in mesh_run["batch"].items():
+        assert all(run["same_tokens"]) and run["n_tokens"] == [24, 24], name
+
+
+def test_two_process_run_agrees_with_single_process(target):
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "tests/multihost_worker.py", str(i), str(port)], cwd=ROOT,
+                              env=child_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=900)
+        assert p.returncode == 0, stderr[-4000:]
+        outs.append(last_json(stdout))
+    want = generate(target, "What is 12 plus 7? Explain step by step.", load_drafter("ngram", target, k=4),
+                    max_new_tokens=24).token_ids
+    assert [o["process"] for o in outs] == [0, 1]
+    assert all(o["processes"] == 2 and o["devices"] == 8 and o["local_devices"] == 4 for o in outs)
+    assert "split" in outs[0]["layout"]
+    assert outs[0]["tokens"] == outs[1]["tokens"] == want
+
+
+def run_cli(args: list[str], devices: int | None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=child_env(devices), capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_generate_cli_on_a_mesh_is_lossless():
+    proc = run_cli(["engine.generate", "--prompt", "Name three primary colors.", "--drafter", "ngram", "--k", "4",
+                    "--max-new-tokens", "16", "--mesh", "2x2", "--check-lossless", "--json"], devices=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert last_json(proc.stdout)["lossless"] is True
+
+
+@pytest.mark.parametrize("mesh,match", [("1x8", "needs 8 devices but 1"), ("2by2", "DxM")])
+def test_bad_mesh_on_the_command_line_is_a_clear_error(mesh, match):
+    proc = run_cli(["engine.generate", "--prompt", "hi", "--mesh", mesh], devices=None)
+    assert proc.returncode == 2 and match in proc.stderr
