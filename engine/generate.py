@@ -3,6 +3,8 @@
     python -m engine.generate --prompt "..." --drafter ngram --k 8 --max-new-tokens 128 [--json]
     python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
+Multi-host: run the same command in every process with --distributed (HOST:PORT,N,ID, or bare on TPU pods);
+--mesh then spans all processes' devices.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import argparse
 import json
 import sys
 
+import jax
+
 from .config import CheckpointError
 from .decode import GenerationError, generate
 from .drafters import DrafterError, load_drafter
-from .sharding import MeshError
+from .sharding import MeshError, start_distributed
 from .target import load_target
 
 
@@ -34,7 +38,8 @@ def read_prompts(args) -> list[dict]:
 
 
 def result_json(row: dict, result, lossless: bool | None) -> dict:
-    out = {"text": result.text, "token_ids": result.token_ids, **result.stats,
+    out = {"text": result.text, "token_ids": result.token_ids, **result.stats, "mesh": result.settings["mesh"],
+           "process": jax.process_index(), "processes": jax.process_count(),
            "steps": [{k: getattr(s, k) for k in ("drafted", "accepted", "bonus", "draft_ms", "verify_ms")}
                      for s in result.steps]}
     if "id" in row:
@@ -59,11 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
+    ap.add_argument("--distributed", nargs="?", const="auto", default=None, metavar="HOST:PORT,N,ID",
+                    help="join a multi-process run (bare: let JAX find its peers, as on TPU pods)")
     ap.add_argument("--raw", action="store_true", help="no chat template")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check-lossless", action="store_true")
     a = ap.parse_args(argv)
     try:
+        start_distributed(a.distributed)
         target = load_target(a.target, a.dtype, a.tokenizer, mesh=a.mesh)
         drafter = load_drafter(a.drafter, target, k=a.k)
         baseline = load_drafter("ar", target) if a.check_lossless else None

@@ -124,6 +124,20 @@ def describe(mesh: Mesh | None, params: dict, num_heads: int, num_kv_heads: int)
     return f"mesh {mesh_label(mesh)}: split {', '.join(split) or 'nothing'}; attention {heads}"
 
 
+def start_distributed(spec: str | None) -> None:
+    """Join a multi-process JAX run: "HOST:PORT,NUM_PROCESSES,PROCESS_ID", or "auto" (TPU pods, SLURM, ... where
+    JAX finds its peers itself); None: a single process. Every process then runs the same program."""
+    if spec is None:
+        return
+    if spec == "auto":
+        jax.distributed.initialize()
+        return
+    parts = spec.split(",")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise MeshError(f"--distributed wants HOST:PORT,NUM_PROCESSES,PROCESS_ID or auto, got {spec!r}")
+    jax.distributed.initialize(coordinator_address=parts[0], num_processes=int(parts[1]), process_id=int(parts[2]))
+
+
 def fetch(tree):
     """Device values to host numpy, also when they span processes (then every process gets all of them)."""
     if jax.process_count() == 1:

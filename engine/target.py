@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,7 +71,9 @@ def load_target(path: str | Path | None = None, dtype: str = "float32", tokenize
     `mesh`: shard the weights over a device mesh (see engine.sharding).
     """
     mesh = resolve_mesh(mesh)  # a bad mesh fails before the weights load
-    cfg, params, resolved = load_weights(path, dtype)
+    # with a mesh, weights load into host memory and each device then receives only its shard
+    with jax.default_device(jax.local_devices(backend="cpu")[0]) if mesh is not None else contextlib.nullcontext():
+        cfg, params, resolved = load_weights(path, dtype)
     tokenizer = load_tokenizer(Path(tokenizer) if tokenizer else resolved)
     if len(tokenizer) > cfg.vocab_size:
         raise CheckpointError(f"tokenizer has {len(tokenizer)} tokens but the model only {cfg.vocab_size}")

@@ -1,7 +1,7 @@
 """Sharded decoding: 1 device vs meshes of 8 simulated CPU devices, and a two-process run on loopback.
 
 JAX fixes the device count when it starts, so the mesh runs happen in child processes
-(tests/mesh_worker.py, tests/multihost_worker.py) and report JSON that these tests check.
+(tests/mesh_worker.py, and `python -m engine.generate --distributed` twice) and report JSON checked here.
 Tolerances: target logits within 5e-4 (absolute, logits of magnitude ~10-30: only the order of
 float32 reductions differs), per-token probabilities p and q within 1e-4; tokens identical.
 """
@@ -81,21 +81,21 @@ def test_batched_generation_on_mesh_is_lossless_per_sequence(mesh_run):
 
 
 def test_two_process_run_agrees_with_single_process(target):
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "tests/multihost_worker.py", str(i), str(port)], cwd=ROOT,
-                              env=child_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`engine.generate --distributed` in two processes on loopback, 4 CPU devices each, one 2x4 mesh over all 8."""
+    port, prompt = free_port(), "What is 12 plus 7? Explain step by step."
+    args = ["engine.generate", "--prompt", prompt, "--drafter", "ngram", "--k", "4", "--max-new-tokens", "24",
+            "--mesh", "2x4", "--json"]
+    procs = [subprocess.Popen([sys.executable, "-m", *args, "--distributed", f"127.0.0.1:{port},2,{i}"], cwd=ROOT,
+                              env=child_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     outs = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=900)
         assert p.returncode == 0, stderr[-4000:]
         outs.append(last_json(stdout))
-    want = generate(target, "What is 12 plus 7? Explain step by step.", load_drafter("ngram", target, k=4),
-                    max_new_tokens=24).token_ids
-    assert [o["process"] for o in outs] == [0, 1]
-    assert all(o["processes"] == 2 and o["devices"] == 8 and o["local_devices"] == 4 for o in outs)
-    assert "split" in outs[0]["layout"]
-    assert outs[0]["tokens"] == outs[1]["tokens"] == want
+    want = generate(target, prompt, load_drafter("ngram", target, k=4), max_new_tokens=24).token_ids
+    assert [(o["process"], o["processes"], o["mesh"]) for o in outs] == [(0, 2, "2x4"), (1, 2, "2x4")]
+    assert outs[0]["token_ids"] == outs[1]["token_ids"] == want
 
 
 def run_cli(args: list[str], devices: int | None) -> subprocess.CompletedProcess:
