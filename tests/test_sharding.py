@@ -114,3 +114,9 @@ def test_generate_cli_on_a_mesh_is_lossless():
 def test_bad_mesh_on_the_command_line_is_a_clear_error(mesh, match):
     proc = run_cli(["engine.generate", "--prompt", "hi", "--mesh", mesh], devices=None)
     assert proc.returncode == 2 and match in proc.stderr
+
+
+def test_app_refuses_a_mesh_bigger_than_the_machine(tmp_path):
+    proc = subprocess.run([sys.executable, "app.py", "--mesh", "2x4", "--db", str(tmp_path / "h.duckdb")], cwd=ROOT,
+                          env=child_env(None), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "mesh 2x4 needs 8 devices" in proc.stderr
