@@ -3,7 +3,9 @@
 The prompt's last token is the first anchor: prefill covers prompt[:-1], so every generated token
 comes out of a verify step (with `ar`, a block of just the anchor). The target cache holds every
 committed token except the anchor; after a step it grows by accepted + 1 and the bonus becomes the
-next anchor. Shapes are static per (K, cache bucket): blocks are padded to max(K, 1) + 1 tokens.
+next anchor. Shapes are static per (batch size, K, cache bucket): blocks are padded to max(K, 1) + 1 tokens.
+A batch shares one target cache [B, ...] with a position per sequence; each sequence keeps its own drafter
+state (drafting runs per sequence; verification is one pass for all).
 """
 
 from __future__ import annotations

@@ -18,18 +18,19 @@ from storage import DEFAULT_PATH, History, HistoryError, open_history
 
 MAX_POSITIONS = 16
 
-# speedup: sum of ar decode seconds / sum of decode seconds over the prompts of the same bench round
+# speedup: sum of ar decode seconds / sum of decode seconds over the prompts of the same bench round (in a batch,
+# each sequence's decode time runs until it finished)
 COMPARISON_SQL = """
 WITH b AS (SELECT * FROM runs WHERE status = 'done' AND source = 'bench'),
-ar AS (SELECT comparison_group, decode_s AS ar_s FROM b WHERE drafter = 'ar'),
-sp AS (SELECT target, dtype, suite, drafter, k, temperature, sum(ar_s) / sum(decode_s) AS speedup,
+ar AS (SELECT comparison_group, prompt_id, decode_s AS ar_s FROM b WHERE drafter = 'ar'),
+sp AS (SELECT target, dtype, suite, drafter, k, temperature, batch, sum(ar_s) / sum(decode_s) AS speedup,
               count(*) FILTER (WHERE lossless) AS n_lossless, count(lossless) AS n_checked
-       FROM b JOIN ar USING (comparison_group)
-       GROUP BY target, dtype, suite, drafter, k, temperature)
+       FROM b JOIN ar USING (comparison_group, prompt_id)
+       GROUP BY target, dtype, suite, drafter, k, temperature, batch)
 SELECT d.*, sp.speedup, sp.n_lossless, sp.n_checked
-FROM drafter_comparison d LEFT JOIN sp USING (target, dtype, suite, drafter, k, temperature)
+FROM drafter_comparison d LEFT JOIN sp USING (target, dtype, suite, drafter, k, temperature, batch)
 WHERE d.suite IS NOT NULL
-ORDER BY d.suite, d.target, d.temperature, d.drafter <> 'ar', d.drafter, d.k
+ORDER BY d.suite, d.target, d.temperature, d.batch, d.drafter <> 'ar', d.drafter, d.k
 """
 POSITION_SQL = f"""
 SELECT * FROM position_acceptance WHERE suite IS NOT NULL AND i <= {MAX_POSITIONS}
@@ -61,12 +62,13 @@ def comparison_section(rows: list[dict]) -> str:
         return "No finished bench runs yet: run `python -m experiments.bench`."
     parts = []
     for (suite, target, temp), group in _groups(rows, "suite", "target", "temperature").items():
-        body = [[r["drafter"], r["k"], r["n_runs"], _f(r["tau"]), _f(r["tau_std"]), _f(r["acceptance_rate"], ".3f"),
-                 _f(r["tok_per_s"], ".1f"), _f(r["speedup"]) + ("x" if r["speedup"] else ""),
+        body = [[r["drafter"], r["k"], r["batch"], r["n_runs"], _f(r["tau"]), _f(r["tau_std"]),
+                 _f(r["acceptance_rate"], ".3f"), _f(r["tok_per_s"], ".1f"),
+                 _f(r["speedup"]) + ("x" if r["speedup"] else ""),
                  f"{r['n_lossless']}/{r['n_checked']}" if r["n_checked"] else "-"] for r in group]
         parts.append(f"### {suite} ({target}, temperature {temp:g})\n\n"
-                     + md_table(["drafter", "K", "runs", "tau", "tau std", "acceptance", "tok/s", "speedup vs ar",
-                                 "lossless"], body))
+                     + md_table(["drafter", "K", "batch", "runs", "tau", "tau std", "acceptance", "tok/s",
+                                 "speedup vs ar", "lossless"], body))
     return "\n\n".join(parts)
 
 
@@ -131,8 +133,9 @@ def figures(comparison: list[dict], series: dict[str, list[dict]], positions: li
     figs = {}
     if comparison:
         fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup vs ar (decode time)", "tau"))
-        for n, (key, group) in enumerate(_groups(comparison, "drafter", "k").items()):
-            style = dict(name=f"{key[0]} K={key[1]}", legendgroup=str(key), marker_color=palette[n % len(palette)])
+        for n, (key, group) in enumerate(_groups(comparison, "drafter", "k", "batch").items()):
+            name = f"{key[0]} K={key[1]}" + (f" batch {key[2]}" if key[2] != 1 else "")
+            style = dict(name=name, legendgroup=str(key), marker_color=palette[n % len(palette)])
             fig.add_bar(x=[r["suite"] for r in group], y=[r["speedup"] for r in group], row=1, col=1, **style)
             fig.add_bar(x=[r["suite"] for r in group], y=[r["tau"] for r in group], showlegend=False, row=1, col=2,
                         **style)

@@ -28,7 +28,7 @@ DEFAULT_PATH = "draftscope.duckdb"
 DEFAULT_LOCK_TIMEOUT = 10.0
 
 SETTINGS_KEYS = ("target", "target_path", "dtype", "drafter", "drafter_checkpoint", "k", "temperature", "top_p",
-                 "seed", "max_new_tokens", "backend", "device_kind", "versions")
+                 "seed", "max_new_tokens", "backend", "device_kind", "versions", "batch", "mesh")
 STATS_KEYS = ("wall_s", "prefill_ms", "decode_s", "draft_ms", "verify_ms", "tau", "acceptance_rate", "tok_per_s",
               "n_steps", "n_generated", "n_prompt", "drafted", "accepted", "compiles", "stop_reason")
 META_KEYS = ("prompt", "suite", "prompt_id", "category", "source", "lossless", "comparison_group", "status")

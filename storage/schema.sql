@@ -123,11 +123,15 @@ CREATE TABLE annotations (
     updated_at    TIMESTAMP NOT NULL
 );
 
+-- migration 3: batch size and device mesh of a run (every earlier run was one sequence on one device)
+ALTER TABLE runs ADD COLUMN batch INTEGER DEFAULT 1;   -- sequences verified together in that generation
+ALTER TABLE runs ADD COLUMN mesh VARCHAR DEFAULT '1x1'; -- device mesh data x model
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS
 SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.prompt_id, r.category,
-       r.target, r.dtype, r.drafter, r.k, r.temperature, r.top_p, r.seed, r.backend, r.device_kind,
+       r.target, r.dtype, r.drafter, r.k, r.temperature, r.top_p, r.seed, r.backend, r.device_kind, r.batch, r.mesh,
        r.n_steps, r.n_generated, r.drafted, r.accepted, r.tau, r.acceptance_rate, r.tok_per_s,
        r.wall_s, r.prefill_ms, r.decode_s, r.stop_reason, r.lossless, r.comparison_group,
        left(r.prompt, 80) AS prompt_preview,
@@ -155,10 +159,11 @@ SELECT target, drafter, suite, k, temperature, i,
 FROM per_pos
 GROUP BY target, drafter, suite, k, temperature, i;
 
--- Finished runs ('done') compared per target, suite, drafter, k and temperature.
--- tau, tok_per_s: means over runs; acceptance_rate: pooled sum(accepted) / sum(drafted).
+-- Finished runs ('done') compared per target, suite, drafter, k, temperature and batch size.
+-- tau, tok_per_s: means over runs (in a batch, tok_per_s is one sequence's rate); acceptance_rate: pooled
+-- sum(accepted) / sum(drafted).
 CREATE OR REPLACE VIEW drafter_comparison AS
-SELECT target, dtype, suite, drafter, k, temperature,
+SELECT target, dtype, suite, drafter, k, temperature, batch,
        count(*) AS n_runs,
        avg(tau) AS tau,
        stddev_samp(tau) AS tau_std,
@@ -167,7 +172,7 @@ SELECT target, dtype, suite, drafter, k, temperature,
        sum(n_generated) AS n_generated
 FROM runs
 WHERE status = 'done'
-GROUP BY target, dtype, suite, drafter, k, temperature;
+GROUP BY target, dtype, suite, drafter, k, temperature, batch;
 
 -- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
 CREATE OR REPLACE VIEW acceptance_lengths AS

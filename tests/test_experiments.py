@@ -184,7 +184,7 @@ def test_report(bench_db):
     paths = report.build_report(open_history(bench_db["db"]), out)
     text = Path(paths["report"]).read_text()
     assert "## Drafter comparison" in text and "### two (" in text
-    assert "| ar | 0 | 2 | 1.00 |" in text and "| ngram | 2 | 2 |" in text and "2/2" in text
+    assert "| ar | 0 | 1 | 2 | 1.00 |" in text and "| ngram | 2 | 1 | 2 |" in text and "2/2" in text
     assert "## K-Flat" in text and "| 1 | " in text and "cpu: " in text
     assert "## Per-position acceptance" in text
     assert {p.name for p in paths["html"]} == {"comparison.html", "kflat.html", "position.html"}

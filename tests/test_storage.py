@@ -51,7 +51,7 @@ def make_result(accepted: list[int], k: int = 3, drafter: str = "ngram", drafted
     settings = {"target": "tiny-llama", "target_path": "/m/tiny", "dtype": "float32", "drafter": drafter,
                 "drafter_checkpoint": None, "k": k, "temperature": 0.0, "top_p": 1.0, "seed": 7,
                 "max_new_tokens": len(tokens), "backend": "cpu", "device_kind": "cpu",
-                "versions": {"jax": "0.10.2", "draftscope": "0.1"}} | settings
+                "versions": {"jax": "0.10.2", "draftscope": "0.1"}, "batch": 1, "mesh": "1x1"} | settings
     return {"text": "hello world", "token_ids": tokens, "prompt_ids": list(PROMPT_IDS), "steps": steps,
             "stats": stats, "settings": settings}
 
@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "2"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "3"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "2"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "3"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
@@ -104,6 +104,7 @@ def test_v1_file_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
     assert "paraphrase" in h.list_labels()
     [run] = h.list_runs()
     assert run["run_id"] == "r1" and run["n_annotations"] == 0
+    assert (run["batch"], run["mesh"]) == (1, "1x1")  # v3: every earlier run was one sequence on one device
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
@@ -317,16 +318,20 @@ def test_views_match_hand_computed_values(history: History) -> None:
     hist = history.query("SELECT accepted, n_steps FROM acceptance_lengths WHERE drafter = 'ngram' ORDER BY accepted")
     assert [(r["accepted"], r["n_steps"]) for r in hist] == [(0, 1), (1, 2), (2, 2), (3, 2)]
 
-    comp = {r["drafter"]: r for r in history.query("SELECT * FROM drafter_comparison WHERE suite = 's'")}
+    history.write_run(make_result([3, 3], batch=4, mesh="2x4"), suite="s")  # a batch of 4: compared apart
+    comp = {(r["drafter"], r["batch"]): r for r in history.query("SELECT * FROM drafter_comparison WHERE suite = 's'")}
+    assert comp[("ngram", 4)]["n_runs"] == 1 and comp[("ngram", 4)]["tau"] == 4.0
+    comp = {d: r for (d, b), r in comp.items() if b == 1}
     assert comp["ngram"]["n_runs"] == 2 and comp["ar"]["n_runs"] == 1
     # run tau = n_generated / n_steps: (1+2+4)/3 and (3+4+3)/3; pooled acceptance (4+7)/(9+8)
     assert comp["ngram"]["tau"] == pytest.approx((7 / 3 + 10 / 3) / 2)
     assert comp["ngram"]["acceptance_rate"] == pytest.approx(11 / 17)
     assert comp["ar"]["acceptance_rate"] == 0 and comp["ngram"]["tok_per_s"] == 50.0
 
-    summary = history.query("SELECT status, n_steps, n_annotations FROM run_summary ORDER BY created_at")
-    assert [r["status"] for r in summary] == ["done", "done", "cancelled", "done"]
-    assert [r["n_steps"] for r in summary] == [3, 3, 1, 2]
+    summary = history.query("SELECT status, n_steps, batch, mesh FROM run_summary ORDER BY created_at")
+    assert [r["status"] for r in summary] == ["done", "done", "cancelled", "done", "done"]
+    assert [r["n_steps"] for r in summary] == [3, 3, 1, 2, 2]
+    assert [(r["batch"], r["mesh"]) for r in summary][-2:] == [(1, "1x1"), (4, "2x4")]
 
 
 # -- export ----------------------------------------------------------------------------------------

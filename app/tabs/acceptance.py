@@ -7,14 +7,14 @@ import gradio as gr
 from .. import plots, queries
 from ..state import Workbench
 
-SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "n_runs", "tau", "tau_std", "acceptance_rate",
-                   "tok_per_s", "n_generated"]
+SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "batch", "n_runs", "tau", "tau_std",
+                   "acceptance_rate", "tok_per_s", "n_generated"]
 
 
 def summary(wb: Workbench, target: str | None, drafters: list[str] | None, suite: str | None) -> list[list]:
     """drafter_comparison rows for the selection, numbers rounded for reading."""
     where, params = queries.where_clause(target, drafters, suite)
-    rows = wb.history.query(f"SELECT * FROM drafter_comparison {where} ORDER BY drafter, suite, k", params)
+    rows = wb.history.query(f"SELECT * FROM drafter_comparison {where} ORDER BY drafter, suite, k, batch", params)
     return [[round(r[c], 3) if isinstance(r[c], float) else r[c] for c in SUMMARY_COLUMNS] for r in rows]
 
 
