@@ -1,7 +1,7 @@
 """Command-line generation with any drafter, optionally checked against the `ar` baseline.
 
     python -m engine.generate --prompt "..." --drafter ngram --k 8 --max-new-tokens 128 [--json]
-    python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless
+    python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless [--batch 4]
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
 Multi-host: run the same command in every process with --distributed (HOST:PORT,N,ID, or bare on TPU pods);
 --mesh then spans all processes' devices.
@@ -16,7 +16,7 @@ import sys
 import jax
 
 from .config import CheckpointError
-from .decode import GenerationError, generate
+from .decode import GenerationError, generate, generate_batch
 from .drafters import DrafterError, load_drafter
 from .sharding import MeshError, start_distributed
 from .target import load_target
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
     ap.add_argument("--distributed", nargs="?", const="auto", default=None, metavar="HOST:PORT,N,ID",
                     help="join a multi-process run (bare: let JAX find its peers, as on TPU pods)")
+    ap.add_argument("--batch", type=int, default=1, help="verify this many prompts of --prompt-file together")
     ap.add_argument("--raw", action="store_true", help="no chat template")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check-lossless", action="store_true")
@@ -76,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_drafter(a.drafter, target, k=a.k)
         baseline = load_drafter("ar", target) if a.check_lossless else None
         kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw)
-        for row in read_prompts(a):
-            result = generate(target, row["prompt"], drafter=drafter, **kw)
+        if a.batch < 1:
+            raise GenerationError(f"--batch must be at least 1, got {a.batch}")
+        rows = read_prompts(a)
+        results = [r for lo in range(0, len(rows), a.batch)
+                   for r in generate_batch(target, [row["prompt"] for row in rows[lo:lo + a.batch]], drafter, **kw)]
+        for row, result in zip(rows, results, strict=True):
             lossless = None
-            if baseline is not None:
+            if baseline is not None:  # each sequence against plain greedy decoding of its prompt alone
                 lossless = generate(target, row["prompt"], drafter=baseline, **kw).token_ids == result.token_ids
             if a.json:
                 print(json.dumps(result_json(row, result, lossless)), flush=True)

@@ -82,14 +82,18 @@ def heads_divide(mesh: Mesh, num_heads: int, num_kv_heads: int) -> bool:
     return num_heads % m == 0 and num_kv_heads % m == 0
 
 
+def _leaf_name(path) -> str | None:
+    """The last dict key on a pytree path ("wq" for params["layers"][3]["wq"])."""
+    return next((k.key for k in reversed(path) if isinstance(k, jax.tree_util.DictKey)), None)
+
+
 def place_params(params: dict, mesh: Mesh, num_heads: int, num_kv_heads: int) -> dict:
     """Every weight of a params pytree placed on the mesh by its leaf name (unknown names: replicated)."""
     shard_heads = heads_divide(mesh, num_heads, num_kv_heads)
 
     def one(path, x):
-        name = next((k.key for k in reversed(path) if isinstance(k, jax.tree_util.DictKey)), None)
-        logical = WEIGHT_AXES.get(name, (None,) * np.ndim(x))
-        if len(logical) != np.ndim(x):
+        logical = WEIGHT_AXES.get(_leaf_name(path))
+        if logical is None or len(logical) != np.ndim(x):
             logical = (None,) * np.ndim(x)
         return put(x, NamedSharding(mesh, partition(np.shape(x), logical, mesh, shard_heads)))
 
@@ -117,8 +121,7 @@ def describe(mesh: Mesh | None, params: dict, num_heads: int, num_kv_heads: int)
     """One line on how a params pytree is split, e.g. for logs and run settings."""
     if mesh is None:
         return "one device"
-    split = sorted({name for path, x in jax.tree_util.tree_leaves_with_path(params)
-                    for name in [getattr(path[-1], "key", None)]
+    split = sorted({_leaf_name(path) for path, x in jax.tree_util.tree_leaves_with_path(params)
                     if not x.sharding.is_fully_replicated})
     heads = "split" if heads_divide(mesh, num_heads, num_kv_heads) else "replicated (heads do not divide)"
     return f"mesh {mesh_label(mesh)}: split {', '.join(split) or 'nothing'}; attention {heads}"

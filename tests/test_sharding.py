@@ -80,11 +80,14 @@ def test_batched_generation_on_mesh_is_lossless_per_sequence(mesh_run):
         assert all(run["same_tokens"]) and run["n_tokens"] == [24, 24], name
 
 
-def test_two_process_run_agrees_with_single_process(target):
-    """`engine.generate --distributed` in two processes on loopback, 4 CPU devices each, one 2x4 mesh over all 8."""
-    port, prompt = free_port(), "What is 12 plus 7? Explain step by step."
-    args = ["engine.generate", "--prompt", prompt, "--drafter", "ngram", "--k", "4", "--max-new-tokens", "24",
-            "--mesh", "2x4", "--json"]
+def test_two_process_run_agrees_with_single_process(target, tmp_path):
+    """`engine.generate --distributed` in two processes on loopback, 4 CPU devices each, one 2x4 mesh over all 8:
+    a batch of two (one sequence per process's devices on the data axis) agrees with one process, one device."""
+    port = free_port()
+    prompts = ["What is 12 plus 7? Explain step by step.", "Write a Python function that reverses a string."]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    args = ["engine.generate", "--prompt-file", str(tmp_path / "p.jsonl"), "--batch", "2", "--drafter", "ngram",
+            "--k", "4", "--max-new-tokens", "24", "--mesh", "2x4", "--json"]
     procs = [subprocess.Popen([sys.executable, "-m", *args, "--distributed", f"127.0.0.1:{port},2,{i}"], cwd=ROOT,
                               env=child_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
@@ -92,10 +95,11 @@ def test_two_process_run_agrees_with_single_process(target):
     for p in procs:
         stdout, stderr = p.communicate(timeout=900)
         assert p.returncode == 0, stderr[-4000:]
-        outs.append(last_json(stdout))
-    want = generate(target, prompt, load_drafter("ngram", target, k=4), max_new_tokens=24).token_ids
-    assert [(o["process"], o["processes"], o["mesh"]) for o in outs] == [(0, 2, "2x4"), (1, 2, "2x4")]
-    assert outs[0]["token_ids"] == outs[1]["token_ids"] == want
+        outs.append([json.loads(line) for line in stdout.strip().splitlines()[-2:]])
+    want = [generate(target, p, load_drafter("ngram", target, k=4), max_new_tokens=24).token_ids for p in prompts]
+    for i, out in enumerate(outs):
+        assert [(o["process"], o["processes"], o["mesh"]) for o in out] == [(i, 2, "2x4")] * 2
+        assert [o["token_ids"] for o in out] == want
 
 
 def run_cli(args: list[str], devices: int | None) -> subprocess.CompletedProcess:
