@@ -319,14 +319,17 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
                 rows = []
                 for b in batches:
                     groups, group_contenders = plan[(label, b)]
-                    if groups and b not in warm:  # once per batch size: shapes do not depend on the suite
+                    if not groups:
+                        continue
+                    if b not in warm:  # once per batch size: shapes do not depend on the suite
                         warm.add(b)
                         for c in group_contenders:
                             c.warm_up(groups[0])
                             bar.update()
-                        rows += bench_suite(label, groups, group_contenders, history, session, greedy, bar)
-                scaling_rows(rows)
-                _print_suite(label, rows, a, target, problems, bar)
+                    rows += bench_suite(label, groups, group_contenders, history, session, greedy, bar)
+                if rows:
+                    scaling_rows(rows)
+                    _print_suite(label, rows, a, target, problems, bar)
         except (GenerationError, HistoryError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

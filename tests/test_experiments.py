@@ -116,17 +116,23 @@ def test_bench_batches_report_throughput_and_stay_lossless(tmp_path, target):
     prompts = tmp_path / "four.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": p}) + "\n" for i, p in enumerate(
         ["Count from 1 to 20.", "Name three colors.", "Say hello twice, please, hello hello.", "What is 2+2?"])))
+    pair = tmp_path / "pair.jsonl"
+    pair.write_text('{"id": "z0", "prompt": "Say yes."}\n{"id": "z1", "prompt": "Say no."}\n')
     db = tmp_path / "b.duckdb"
-    rc, out = _run(bench.main, ["--suite", str(prompts), "--drafters", "ar,ngram", "--k", "2", "--batch", "1,2,3",
-                                "--max-new-tokens", "8", "--db", str(db), "--json"], target=target)
+    rc, out = _run(bench.main, ["--suite", f"{prompts},{pair}", "--drafters", "ar,ngram", "--k", "2", "--batch",
+                                "1,2,3", "--max-new-tokens", "8", "--db", str(db), "--json"], target=target)
     assert rc == 0
-    rows = {(r["drafter"], r["batch"]): r for r in map(json.loads, out.splitlines())}
+    all_rows = [json.loads(line) for line in out.splitlines()]
+    # the second suite runs too; with 2 prompts it has no whole batch of 3
+    assert {(r["drafter"], r["batch"]) for r in all_rows if r["suite"] == "pair"} == {
+        (d, b) for d in ("ar", "ngram") for b in (1, 2)}
+    rows = {(r["drafter"], r["batch"]): r for r in all_rows if r["suite"] == "four"}
     assert set(rows) == {(d, b) for d in ("ar", "ngram") for b in (1, 2, 3)}
     assert rows[("ar", 2)]["n"] == 4 and rows[("ar", 3)]["n"] == 3  # whole groups only
     assert all(r["lossless"] and r["tok_per_s"] > 0 for r in rows.values())
     assert rows[("ar", 1)]["x_ar1"] == 1.0 and rows[("ar", 2)]["speedup"] == 1.0
     assert rows[("ar", 2)]["x_ar1"] > 1.0  # two sequences per verify pass beat one on throughput
-    runs = open_history(db).query("SELECT prompt_id, lossless FROM runs WHERE drafter = 'ngram'")
+    runs = open_history(db).query("SELECT prompt_id, lossless FROM runs WHERE drafter = 'ngram' AND suite = 'four'")
     assert sorted(r["prompt_id"] for r in runs) == sorted(["q0", "q1", "q2", "q3"] * 2 + ["q0", "q1", "q2"])
     assert all(r["lossless"] for r in runs)
 

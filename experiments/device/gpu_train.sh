@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared run for a lent GPU machine: self-distilled data, DFlash and EAGLE-3 training, K-Flat
-# sweeps and a short lossless bench, each phase time-boxed so the script ends inside one 10-minute
+# sweeps, a short lossless bench and a batch of 16, each phase time-boxed so the script ends inside one 10-minute
 # call. Inputs carried from the dev machine: .dev/gguf.part-* (the embedded GGUF split in two: a call
 # carries at most 64 MiB, so part-aa travels in a first `stage` call and waits in /tmp), .dev/tok
 # (tokenizer saved with save_pretrained), .dev/prompts.jsonl, .dev/bench.jsonl, .whl/ (gguf wheel).
@@ -43,6 +43,8 @@ step 30 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafte
   --json > "$R/bench_ar.jsonl"
 step 40 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter "$R/ckpt/smollm2-135m-dflash" \
   --max-new-tokens "$BENCH_NEW" --json --check-lossless > "$R/bench_dflash.jsonl"
+step 60 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter ar --batch 16 \
+  --max-new-tokens "$BENCH_NEW" --json --check-lossless > "$R/bench_ar_batch16.jsonl"
 } 2>&1 | tee "$R/log.txt"
 cp /tmp/data.npz "$R/" 2>/dev/null
 tar czf - -C /tmp result | split -b 15000000 - "$OUT/result.tgz.part-"
