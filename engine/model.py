@@ -3,7 +3,8 @@
 forward(params, cache, tokens [B, T], start [B]) -> logits [B, T, V] | None, features [F, B, T, H] | None, cache
 Token t of sequence b sits at position start[b] + t; it attends to cache positions <= its own.
 `capture` names target layers whose OUTPUT is returned as features (id L = output of decoder layer L,
-i.e. HF hidden_states[L + 1]; id -1 = the embeddings, i.e. the input of layer 0).
+i.e. HF hidden_states[L + 1]; id -1 = the embeddings, i.e. the input of layer 0). As in HF, the last
+layer's (id N-1 = hidden_states[N]) is taken after the final norm.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, c
         vs.append(v_i)
         if i in capture:
             outputs[i] = x
-    logits = lm_head(params, rms_norm(x, params["norm"], cfg.rms_eps)) if with_logits else None
+    h = rms_norm(x, params["norm"], cfg.rms_eps)  # shared by the logits and feature id N-1
+    if cfg.num_layers - 1 in capture:
+        outputs[cfg.num_layers - 1] = h
+    logits = lm_head(params, h) if with_logits else None
     feats = jnp.stack([outputs[i] for i in capture]) if capture else None
     return logits, feats, {"k": ks, "v": vs}

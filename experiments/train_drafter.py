@@ -1,15 +1,20 @@
-"""Train DFlash and EAGLE-3 drafters for a target by self-distillation (JAX + optax).
+"""Train DFlash and EAGLE-3 drafters for a target on a self-distilled dataset (JAX + optax).
 
-    python -m experiments.train_drafter --drafter both --samples 20000 --steps 3000 --out checkpoints
-Pipeline: training prompts that are not from the evaluation suites (experiments/train_data.py) ->
-the target's own greedy responses (batched, on device) -> target features computed on the fly ->
-DFlash (anchor sampling, loss weight exp(-(k-1)/gamma) by block position; dflash.md section 5) and
-EAGLE-3 (teacher forcing with training-time test over a few draft steps) on the same sequences.
-Only drafter weights train; the target is frozen. Deterministic given --seed; resumable from --work
-(params + optimizer state as safetensors every --save-every steps); --max-minutes bounds wall time.
-`--export DIR` adds the rejection prefixes of an annotation export (storage.export_annotations) as
-extra prompts, repeated --export-weight times, to fine-tune a drafter given by --init.
-Saves exactly the formats the loaders read, plus a model card.
+    python -m experiments.distill --out data/distill --prompts 12000          # the data (resumable shards)
+    python -m experiments.train_drafter --drafter dflash --data data/distill --layers 2 --block-size 8
+Data: experiments/distill.py datasets (prompts with the suites held out, answered by the target's own greedy
+decoding through the engine), with the target features captured while generating (else computed here once
+per batch). A fixed validation split (--val sequences) is never trained on. DFlash: many anchors per sequence
+(--anchors), drawn without replacement each step among the positions whose block predicts response tokens
+only, loss weight exp(-(k-1)/gamma) by block position (dflash.md section 5). EAGLE-3: teacher forcing with
+training-time test over a few draft steps. Every --eval-every steps the drafter's greedy blocks on the
+validation sequences give tau_est(K) = 1 + E[min(accepted run, K)] against the target's own continuation
+(what a greedy engine run would accept at those anchors, no engine needed); training stops when the best
+tau_est has not improved for --patience evaluations (or at --steps / --max-minutes) and the best state is
+exported. Only drafter weights train; the target is frozen. Deterministic given --seed; resumable from --work.
+`--export DIR` adds the rejection prefixes of an annotation export (storage.export_annotations), continued by
+the target through the same engine path, repeated --export-weight times, to fine-tune a drafter from --init.
+Saves exactly the formats the loaders read, plus a model card (training.json).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import math
 import platform
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -35,59 +41,99 @@ from engine.drafters import dflash, eagle3
 from engine.drafters.layers import shared_head
 from engine.model import forward
 from engine.target import Target, load_target
-from experiments.train_data import build_prompts, generate_batch
+from experiments import distill
 
 # ---------------------------------------------------------------- data
 
 
-def build_dataset(target: Target, prompts: list[np.ndarray], max_new: int, gen_batch: int,
-                  max_prompt: int) -> dict[str, np.ndarray]:
-    """Self-distilled sequences: {tokens (flat int32), offsets [N+1], prompt_lens [N]}; longer prompts dropped."""
-    prompts = [p for p in prompts if 2 <= len(p) <= max_prompt]
-    order = np.argsort([len(p) for p in prompts], kind="stable")  # similar lengths per batch
-    seqs, prompt_lens = [None] * len(prompts), np.zeros(len(prompts), np.int32)
-    for lo in tqdm(range(0, len(prompts), gen_batch), desc="self-distill", unit="batch"):
-        idx = order[lo:lo + gen_batch]
-        batch = [prompts[i] for i in idx]
-        batch += [batch[-1]] * (gen_batch - len(batch))  # static batch shape
-        for i, resp in zip(idx, generate_batch(target, batch, max_new, max_prompt), strict=False):
-            seqs[i] = np.concatenate([prompts[i], resp]).astype(np.int32)
-            prompt_lens[i] = len(prompts[i])
-    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
-    return {"tokens": np.concatenate(seqs), "offsets": offsets, "prompt_lens": prompt_lens}
+@dataclass
+class Sequences:
+    """Self-distilled sequences, back to back: tokens [total] int32, offsets [N+1], prompt_lens [N]; features:
+    per-sequence target features ([len, F*H] float16, layers `feature_layers`) or None (computed on the fly)."""
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    prompt_lens: np.ndarray
+    features: list | None = None
+    feature_layers: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.prompt_lens)
+
+    def subset(self, rows: np.ndarray) -> Sequences:
+        seqs = [self.tokens[self.offsets[r]:self.offsets[r + 1]] for r in rows]
+        offsets = np.concatenate([[0], np.cumsum([len(x) for x in seqs])]).astype(np.int64)
+        feats = [self.features[r] for r in rows] if self.features is not None else None
+        return Sequences(np.concatenate(seqs) if seqs else self.tokens[:0], offsets, self.prompt_lens[rows], feats,
+                         self.feature_layers)
 
 
-def load_or_build(path: Path | None, target: Target, args) -> dict[str, np.ndarray]:
-    if path is not None and path.is_file():
-        with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
-    if args.prompts:
-        texts = [json.loads(line)["prompt"] for line in Path(args.prompts).read_text().splitlines() if line.strip()]
-    else:
-        texts = [p["prompt"] for p in build_prompts(args.samples, args.seed)]
-    prompts = [target.encode(t) for t in texts[:args.samples]]
-    prompts += export_prompts(Path(args.export)) * args.export_weight if args.export else []
-    data = build_dataset(target, prompts, args.max_new, args.gen_batch, args.max_prompt)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, **data)
-    return data
+def load_sequences(dirs: list[str], with_features: bool = True) -> Sequences:
+    """Every shard of the distill datasets in `dirs`, with their feature sidecars when all are present."""
+    data = distill.load_dataset(*dirs)
+    seqs = Sequences(data["tokens"], data["offsets"], data["prompt_lens"])
+    feature_files = data["feature_files"]
+    if with_features and feature_files and all(f is not None for f in feature_files):
+        feats, layers = [], data["feature_layers"]
+        for path, (lo, hi) in zip(feature_files, data["shard_ranges"], strict=True):
+            table = np.load(path, mmap_mode="r")
+            base = data["offsets"][lo]
+            feats += [table[data["offsets"][r] - base:data["offsets"][r + 1] - base] for r in range(lo, hi)]
+        seqs.features, seqs.feature_layers = feats, tuple(layers)
+    return seqs
 
 
-def export_prompts(export_dir: Path) -> list[np.ndarray]:
-    """Rejection prefixes from an annotation export: each becomes a prompt the target continues."""
+def export_sequences(target: Target, export_dir: Path, weight: int, max_new: int,
+                     capture: tuple[int, ...]) -> Sequences:
+    """Rejection prefixes of an annotation export, each continued by the target (engine path), `weight` times."""
     rows = [json.loads(line) for line in (export_dir / "rejections.jsonl").read_text().splitlines() if line.strip()]
-    return [np.asarray(r["prefix_ids"], np.int32) for r in rows]
+    prompts = [np.asarray(r["prefix_ids"], np.int32) for r in rows]
+    responses, feats = distill.distill_shard(target, prompts, max_new, batch=len(prompts), capture=capture)
+    arrays = distill.encode_shard(prompts, responses, list(range(len(prompts))), target.cfg.vocab_size)
+    one = Sequences(arrays["tokens"].astype(np.int32), arrays["offsets"], arrays["prompt_lens"], feats, capture)
+    return one.subset(np.tile(np.arange(len(prompts)), weight))
 
 
-def batch_of(data: dict, rows: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """tokens [B, T] (zero padded/truncated), lengths [B], prompt_lens [B] for the given sequence rows."""
+def concat_sequences(parts: list[Sequences]) -> Sequences:
+    parts = [p for p in parts if len(p)]
+    lengths = np.concatenate([np.diff(p.offsets) for p in parts])
+    with_feats = all(p.features is not None and p.feature_layers == parts[0].feature_layers for p in parts)
+    return Sequences(np.concatenate([p.tokens for p in parts]), np.concatenate([[0], np.cumsum(lengths)]),
+                     np.concatenate([p.prompt_lens for p in parts]),
+                     [f for p in parts for f in p.features] if with_feats else None,
+                     parts[0].feature_layers if with_feats else ())
+
+
+def split_validation(n: int, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows): a fixed random n_val sequences held out."""
+    order = np.random.default_rng([seed, 7]).permutation(n)
+    n_val = min(n_val, n // 5) if n > 1 else 0
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def batch_of(data: Sequences, rows: np.ndarray, seq_len: int,
+             columns: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """tokens [B, T] (zero padded/truncated), lengths [B], prompt_lens [B] and, when the data has features and
+    `columns` selects a drafter's layers from them, feats [B, T, F*H] float16."""
     tokens = np.zeros((len(rows), seq_len), np.int32)
     lengths = np.zeros(len(rows), np.int32)
+    feats = np.zeros((len(rows), seq_len, len(columns)), np.float16) if columns is not None else None
     for j, r in enumerate(rows):
-        s = data["tokens"][data["offsets"][r]:data["offsets"][r + 1]][:seq_len]
+        s = data.tokens[data.offsets[r]:data.offsets[r + 1]][:seq_len]
         tokens[j, :len(s)], lengths[j] = s, len(s)
-    return tokens, lengths, np.minimum(data["prompt_lens"][rows], lengths - 1)
+        if feats is not None:
+            feats[j, :len(s)] = data.features[r][:seq_len][:, columns]
+    out = {"tokens": tokens, "lengths": lengths, "prompt_lens": np.minimum(data.prompt_lens[rows], lengths - 1)}
+    if feats is not None:
+        out["feats"] = feats
+    return out
+
+
+def feature_columns(data: Sequences, layers: tuple[int, ...], hidden: int) -> np.ndarray | None:
+    """Columns of the stored features that hold `layers` in that order (None: not stored, compute them)."""
+    if data.features is None or not set(layers) <= set(data.feature_layers):
+        return None
+    return np.concatenate([np.arange(hidden) + data.feature_layers.index(i) * hidden for i in layers])
 
 
 @partial(jax.jit, static_argnames=("cfg", "capture"))
@@ -99,61 +145,92 @@ def target_features(params: dict, tokens: jax.Array, *, cfg, capture: tuple[int,
     return jax.lax.stop_gradient(feats.transpose(1, 2, 0, 3).reshape(b, t, -1))
 
 
-def cache_features(target: Target, data: dict, capture: tuple[int, ...], args) -> np.ndarray:
-    """Target features of every sequence, computed once: [N, seq_len, F*H] float16 in a .npy memmap
-    under --work (reused when present: the file name carries the layers and sequence length)."""
-    n, width = len(data["prompt_lens"]), len(capture) * target.cfg.hidden_size
-    path = Path(args.work) / f"features-{'_'.join(map(str, capture))}-{args.seq_len}-{n}.npy"
-    if path.is_file():
-        return np.load(path, mmap_mode="r")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = np.lib.format.open_memmap(path.with_suffix(".tmp.npy"), "w+", np.float16, (n, args.seq_len, width))
-    step = 8
-    for lo in tqdm(range(0, n, step), desc="target features", unit="batch"):
-        rows = np.arange(lo, lo + step) % n
-        tokens, _, _ = batch_of(data, rows, args.seq_len)
-        feats = target_features(target.params, tokens, cfg=target.cfg, capture=capture)
-        out[lo:lo + step] = np.asarray(feats, np.float16)[:min(step, n - lo)]
-    out.flush()
-    path.with_suffix(".tmp.npy").rename(path)
-    return np.load(path, mmap_mode="r")
+def sample_anchors(rng: np.random.Generator, lengths: np.ndarray, prompt_lens: np.ndarray,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(anchors [B, n] int32, valid [B, n] bool): per sequence up to n distinct positions drawn without
+    replacement from [prompt_len - 1, length - 2], the anchors whose block predicts response tokens only
+    (the first is the prompt's last token: the engine's first anchor). Short responses leave slots invalid."""
+    anchors, valid = np.zeros((len(lengths), n), np.int32), np.zeros((len(lengths), n), bool)
+    for j, (length, p) in enumerate(zip(lengths, prompt_lens, strict=True)):
+        pool = np.arange(max(p - 1, 0), max(length - 1, 0))
+        pick = np.sort(rng.choice(pool, min(n, len(pool)), replace=False)) if len(pool) else pool
+        anchors[j, :len(pick)], valid[j, :len(pick)] = pick, True
+    return anchors, valid
 
 
-# ---------------------------------------------------------------- losses
+# ---------------------------------------------------------------- losses and the offline acceptance metric
 
 
-def sample_anchors(rng: np.random.Generator, lengths: np.ndarray, prompt_lens: np.ndarray, n: int) -> np.ndarray:
-    """n anchor positions per sequence, uniform over the response: [prompt_len - 1, length - 2]."""
-    lo, hi = prompt_lens - 1, np.maximum(lengths - 2, prompt_lens - 1)
-    return (lo[:, None] + np.floor(rng.random((len(lengths), n)) * (hi - lo + 1)[:, None])).astype(np.int32)
-
-
-def dflash_loss(params, cfg, head, feats, tokens, lengths, anchors, gamma: float, to_vocab: jax.Array):
-    """Cross-entropy over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only.
-
-    With a training vocabulary (head["lm_head"] holding only its columns), to_vocab maps target ids to
-    its indices (-1: outside, not a label)."""
-    logits = dflash.dflash_train_logits(params, cfg, head, feats, tokens, anchors)  # [B, A, S-1, V]
-    idx = anchors[..., None] + jnp.arange(1, cfg.block_size)
+def dflash_labels_in(head_vocab: jax.Array, tokens: jax.Array, lengths: jax.Array, anchors: jax.Array,
+                     anchor_valid: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
+    """Labels [B, A, block-1] (indices into the training head's vocabulary) and their validity."""
+    idx = anchors[..., None] + jnp.arange(1, block_size)
     labels = jnp.take_along_axis(tokens, jnp.minimum(idx, tokens.shape[1] - 1).reshape(tokens.shape[0], -1), 1)
-    labels = to_vocab[labels]
-    valid = (idx < lengths[:, None, None]) & (labels.reshape(idx.shape) >= 0)
-    labels = jnp.maximum(labels, 0)
+    labels = head_vocab[labels].reshape(idx.shape)
+    valid = (idx < lengths[:, None, None]) & (labels >= 0) & anchor_valid[..., None]
+    return jnp.maximum(labels, 0), valid
+
+
+def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Array):
+    """Cross-entropy over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, acc at row 1).
+
+    With a training vocabulary (head["lm_head"] holding only its columns), to_vocab maps target ids to its
+    indices (-1: outside, not a label)."""
+    logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])  # [B, A, S-1, V]
+    labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
+                                     batch["anchor_valid"], cfg.block_size)
     weight = jnp.exp(-jnp.arange(cfg.block_size - 1) / gamma) * valid
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels.reshape(idx.shape))
-    acc = (jnp.argmax(logits, -1) == labels.reshape(idx.shape)) * valid
-    return (ce * weight).sum() / weight.sum(), acc[..., 0].sum() / valid[..., 0].sum()
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    acc = (jnp.argmax(logits, -1) == labels) * valid
+    acc1 = acc[..., 0].sum() / jnp.maximum(valid[..., 0].sum(), 1)
+    return (ce * weight).sum() / jnp.maximum(weight.sum(), 1e-9), acc1
 
 
-def eagle3_loss(params, cfg, embed, t2d, feats, tokens, lengths, prompt_lens, steps: int):
-    """Cross-entropy of every TTT step on rows whose label lies in the response."""
-    logits = eagle3.eagle3_train_logits(params, cfg, embed, feats, tokens, steps)  # [B, steps, T, Vd]
-    labels, valid = eagle3.eagle3_labels(tokens, t2d, steps)
-    idx = jnp.arange(tokens.shape[1])[None, None, :] + 2 + jnp.arange(steps)[None, :, None]
-    valid = valid & (idx < lengths[:, None, None]) & (idx >= prompt_lens[:, None, None])
+def eagle3_loss(params, cfg, embed, t2d, feats, batch, steps: int):
+    """Cross-entropy of every TTT step on rows whose label lies in the response; (loss, acc at step 1)."""
+    logits = eagle3.eagle3_train_logits(params, cfg, embed, feats, batch["tokens"], steps)  # [B, steps, T, Vd]
+    valid, labels = eagle3_valid(t2d, batch, steps)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     acc = (jnp.argmax(logits, -1) == labels) & valid
     return (ce * valid).sum() / jnp.maximum(valid.sum(), 1), acc[:, 0].sum() / jnp.maximum(valid[:, 0].sum(), 1)
+
+
+def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
+    labels, valid = eagle3.eagle3_labels(batch["tokens"], t2d, steps)
+    idx = jnp.arange(batch["tokens"].shape[1])[None, None, :] + 2 + jnp.arange(steps)[None, :, None]
+    lengths, prompt_lens = batch["lengths"][:, None, None], batch["prompt_lens"][:, None, None]
+    return valid & (idx < lengths) & (idx >= prompt_lens), labels
+
+
+def dflash_runs(params, cfg, head, feats, batch) -> jax.Array:
+    """Accepted-run length [B, A] of the drafter's greedy block at each anchor against the sequence's own
+    continuation (the target's greedy tokens): what a greedy engine step anchored there accepts at K = B-1."""
+    logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])
+    identity = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+    labels, valid = dflash_labels_in(identity, batch["tokens"], batch["lengths"], batch["anchors"],
+                                     batch["anchor_valid"], cfg.block_size)
+    return accepted_runs((jnp.argmax(logits, -1) == labels) & valid)
+
+
+def eagle3_runs(params, cfg, embed, t2d, feats, batch, k: int) -> jax.Array:
+    """EAGLE-3's accepted-run length [B, A] at each anchor for K = k. Teacher forcing equals free drafting along
+    the accepted prefix, so TTT logits give the runs; row t = anchor - 1 (EAGLE alignment); a label outside the
+    draft vocabulary ends the run."""
+    logits = eagle3.eagle3_train_logits(params, cfg, embed, feats, batch["tokens"], k)  # [B, K, T, Vd]
+    valid, labels = eagle3_valid(t2d, batch, k)
+    match = ((jnp.argmax(logits, -1) == labels) & valid).transpose(0, 2, 1)  # [B, T, K]
+    return jnp.take_along_axis(accepted_runs(match), jnp.maximum(batch["anchors"] - 1, 0), axis=1)
+
+
+def tau_from_runs(runs: np.ndarray, max_k: int) -> list[float]:
+    """tau_est(K) for K = 1..max_k from accepted-run lengths (one per anchor): 1 + mean(min(run, K))."""
+    runs = np.asarray(runs)
+    return [round(1.0 + float(np.minimum(runs, k).mean()), 4) if runs.size else 0.0 for k in range(1, max_k + 1)]
+
+
+def accepted_runs(match: jax.Array) -> jax.Array:
+    """Leading matches per row: match [..., K] bool -> [...] int32."""
+    return jnp.cumprod(match.astype(jnp.int32), axis=-1).sum(-1)
 
 
 # ---------------------------------------------------------------- training loop
@@ -164,32 +241,41 @@ def optimizer(lr: float, steps: int) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
 
 
-def save_state(work: Path, params, opt_state, step: int) -> None:
-    leaves = jax.tree_util.tree_flatten_with_path((params, opt_state))[0]
+def save_state(work: Path, params, opt_state, meta: dict, best=None) -> None:
+    """params + optimizer state (and the best params so far) as safetensors, progress in state.json."""
     work.mkdir(parents=True, exist_ok=True)
+    tree = {"state": (params, opt_state), **({"best": best} if best is not None else {})}
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     save_file({jax.tree_util.keystr(p): np.asarray(v) for p, v in leaves}, str(work / "state.safetensors"))
-    (work / "state.json").write_text(json.dumps({"step": step}))
+    (work / "state.json").write_text(json.dumps(meta))
 
 
 def load_state(work: Path, params, opt_state):
-    """(params, opt_state, step) from work/, or the given ones at step 0 when there is nothing to resume."""
+    """(params, opt_state, best params or None, meta) from work/, or the given ones at step 0."""
     if not (work / "state.json").is_file():
-        return params, opt_state, 0
+        return params, opt_state, None, {"step": 0, "log": [], "best": None, "wall_s": 0.0}
     saved = load_file(str(work / "state.safetensors"))
-    paths, tree = jax.tree_util.tree_flatten_with_path((params, opt_state))
-    leaves = [jnp.asarray(saved[jax.tree_util.keystr(p)], dtype=v.dtype) for p, v in paths]
-    params, opt_state = jax.tree_util.tree_unflatten(tree, leaves)
-    return params, opt_state, json.loads((work / "state.json").read_text())["step"]
+    meta = json.loads((work / "state.json").read_text())
+
+    def restore(tree):
+        paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+        return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(saved[jax.tree_util.keystr(p)], dtype=v.dtype)
+                                                      for p, v in paths])
+
+    state = restore({"state": (params, opt_state)})["state"]
+    best = restore({"best": params})["best"] if meta.get("best") is not None else None
+    return state[0], state[1], best, meta
 
 
-def train(name: str, loss_fn, params, data: dict, args, work: Path, features: np.ndarray | None = None):
-    """Optimize params of loss_fn(params, batch) -> (loss, acc); returns (params, log).
+def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, args, work: Path,
+          columns: np.ndarray | None, max_k: int):
+    """Optimize params of loss_fn(params, batch) -> (loss, acc) with early stopping on tau_est.
 
-    batch: tokens [B, T], lengths [B], prompt_lens [B], anchors [B, A], and feats [B, T, F*H] when
-    `features` (precomputed for every sequence, see cache_features) is given."""
+    runs_fn(params, batch) -> accepted-run lengths [B, A] (valid where batch["anchor_valid"]) on validation
+    batches; returns (best params, log)."""
     opt = optimizer(args.lr, args.steps)
-    params, opt_state, step = load_state(work, params, opt.init(params))
-    first = step
+    params, opt_state, best, meta = load_state(work, params, opt.init(params))
+    step = meta["step"]
 
     @jax.jit
     def update(params, opt_state, batch):
@@ -197,150 +283,191 @@ def train(name: str, loss_fn, params, data: dict, args, work: Path, features: np
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, acc
 
-    n_seq, t0, deadline = len(data["prompt_lens"]), time.time(), time.time() + 60 * args.max_minutes
-    log, bar = [], tqdm(total=args.steps, initial=step, desc=f"train {name}", unit="step")
-    while step < args.steps and time.time() < deadline:
+    runs_jit = jax.jit(runs_fn)
+    val_batches = []
+    for lo in range(0, len(val), args.batch):
+        rows = np.arange(lo, min(lo + args.batch, len(val)))
+        rows = np.concatenate([rows, np.full(args.batch - len(rows), rows[-1])])
+        batch = batch_of(val, rows, args.seq_len, columns)
+        batch["anchors"], batch["anchor_valid"] = sample_anchors(np.random.default_rng([args.seed, 99, lo]),
+                                                                 batch["lengths"], batch["prompt_lens"], args.anchors)
+        batch["anchor_valid"][len(np.arange(lo, min(lo + args.batch, len(val)))):] = False
+        val_batches.append(batch)
+
+    def evaluate(params) -> list[float]:
+        runs = [np.asarray(runs_jit(params, b))[b["anchor_valid"]] for b in val_batches]
+        return tau_from_runs(np.concatenate(runs) if runs else np.zeros(0), max_k)
+
+    t0, wall0, deadline = time.time(), meta["wall_s"], time.time() + 60 * args.max_minutes
+    since_best = 0 if meta["best"] is None else sum(1 for e in meta["log"] if "tau_est" in e
+                                                      and e["step"] > meta["best"]["step"])
+    bar = tqdm(total=args.steps, initial=step, desc=f"train {name}", unit="step")
+    while step < args.steps and time.time() < deadline and since_best < args.patience:
         rng = np.random.default_rng([args.seed, step])
-        rows = rng.choice(n_seq, args.batch, replace=n_seq < args.batch)
-        tokens, lengths, prompt_lens = batch_of(data, rows, args.seq_len)
-        batch = {"tokens": tokens, "lengths": lengths, "prompt_lens": prompt_lens,
-                 "anchors": sample_anchors(rng, lengths, prompt_lens, args.anchors)}
-        if features is not None:
-            batch["feats"] = np.asarray(features[rows])
+        rows = rng.choice(len(data), args.batch, replace=len(data) < args.batch)
+        batch = batch_of(data, rows, args.seq_len, columns)
+        batch["anchors"], batch["anchor_valid"] = sample_anchors(rng, batch["lengths"], batch["prompt_lens"],
+                                                                 args.anchors)
         params, opt_state, loss, acc = update(params, opt_state, batch)
         step += 1
-        if step % 25 == 0 or step == args.steps:
-            loss, acc = float(loss), float(acc)
-            log.append({"step": step, "loss": loss, "acc_pos1": acc, "s": round(time.time() - t0, 1)})
-            tok_s = args.batch * args.seq_len * (step - first) / max(1e-9, time.time() - t0)
-            bar.set_postfix(loss=f"{loss:.3f}", acc_pos1=f"{acc:.3f}", tok_s=f"{tok_s:.0f}")
-        if step % args.save_every == 0:
-            save_state(work, params, opt_state, step)
         bar.update(1)
+        if step % args.eval_every == 0 or step == args.steps:
+            tau = evaluate(params) if val_batches else []
+            entry = {"step": step, "loss": round(float(loss), 4), "acc_pos1": round(float(acc), 4),
+                     "s": round(wall0 + time.time() - t0, 1), "tau_est": tau}
+            meta["log"].append(entry)
+            score = max(tau) if tau else -float(loss)
+            if meta["best"] is None or score > meta["best"]["score"]:
+                meta["best"], best, since_best = {"step": step, "score": score, "tau_est": tau}, params, 0
+            else:
+                since_best += 1
+            bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{float(acc):.3f}",
+                            tau_est=f"{max(tau) if tau else 0:.2f}", best=f"{meta['best']['score']:.2f}")
+            tqdm.write(f"{name} step {step}: loss {float(loss):.3f} acc_pos1 {float(acc):.3f} tau_est(K=1..) {tau}")
+        if step % args.save_every == 0:
+            meta.update(step=step, wall_s=round(wall0 + time.time() - t0, 1))
+            save_state(work, params, opt_state, meta, best)
     bar.close()
-    save_state(work, params, opt_state, step)
-    return params, {"steps": step, "wall_s": round(time.time() - t0, 1), "log": log}
+    meta.update(step=step, wall_s=round(wall0 + time.time() - t0, 1))
+    save_state(work, params, opt_state, meta, best)
+    return (best if best is not None else params), {"steps": step, "wall_s": meta["wall_s"], "log": meta["log"],
+                                                     "best": meta["best"]}
 
 
 # ---------------------------------------------------------------- drafters
 
 
-def train_dflash(target: Target, data: dict, args, work: Path) -> Path:
-    ids = dflash.default_target_layer_ids(target.cfg.num_layers, args.features)
+def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
     if args.init:
         drafter = dflash.load(target, args.init)
         cfg, params = drafter.cfg, drafter.params
     else:
+        ids = dflash.default_target_layer_ids(target.cfg.num_layers, args.features)
         cfg, params = dflash.init_dflash(target, args.layers, args.block_size, ids, seed=args.seed,
                                          intermediate_size=args.intermediate)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
-    head, tcfg, tparams = shared_head(target.params), target.cfg, target.params
-    head, to_vocab = training_head(head, data, args.train_vocab)
+    head, to_vocab = training_head(shared_head(target.params), data.tokens, args.train_vocab)
+    columns = feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
+    tcfg, tparams = target.cfg, target.params
+
+    def feats_of(b):
+        if "feats" in b:
+            return b["feats"].astype(jnp.float32)
+        return target_features(tparams, b["tokens"], cfg=tcfg, capture=cfg.target_layer_ids)
 
     def loss_fn(p, b):
-        feats = b["feats"] if "feats" in b else target_features(tparams, b["tokens"], cfg=tcfg,
-                                                                  capture=cfg.target_layer_ids)
-        return dflash_loss(p, cfg, head, feats.astype(jnp.float32), b["tokens"], b["lengths"], b["anchors"],
-                           args.gamma, to_vocab)
+        return dflash_loss(p, cfg, head, feats_of(b), b, args.gamma, to_vocab)
 
-    features = cache_features(target, data, cfg.target_layer_ids, args) if args.cache_features else None
-    params, log = train("dflash", loss_fn, params, data, args, work / "dflash", features)
+    full_head = shared_head(tparams)
+
+    def runs_fn(p, b):
+        return dflash_runs(p, cfg, full_head, feats_of(b), b)
+
+    params, log = train("dflash", loss_fn, runs_fn, params, data, val, args, work / "dflash", columns,
+                        cfg.block_size - 1)
     out = dflash.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16")
-    write_card(out, "dflash", args, data, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
-                                                "target_layer_ids": list(cfg.target_layer_ids),
-                                                "intermediate_size": cfg.body.intermediate_size})
+    write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
+                                                     "target_layer_ids": list(cfg.target_layer_ids),
+                                                     "intermediate_size": cfg.body.intermediate_size})
     return out
 
 
-def training_head(head: dict, data: dict, restrict: bool) -> tuple[dict, jax.Array]:
+def training_head(head: dict, tokens: np.ndarray, restrict: bool) -> tuple[dict, jax.Array]:
     """The shared head for training and a target-id -> logit-column map. restrict: softmax only over the
     tokens present in the data (a sampled-softmax shortcut that cuts the LM-head cost on a CPU; the
     saved drafter is unchanged and drafts over the full vocabulary)."""
     vocab_size = head["embed"].shape[0]
     if not restrict:
         return head, jnp.arange(vocab_size, dtype=jnp.int32)
-    vocab = np.unique(data["tokens"])
+    vocab = np.unique(tokens)
     w = head["lm_head"][:, vocab] if "lm_head" in head else head["embed"][vocab].T
     to_vocab = np.full(vocab_size, -1, np.int32)
     to_vocab[vocab] = np.arange(len(vocab))
     return {"embed": head["embed"], "lm_head": w}, jnp.asarray(to_vocab)
 
 
-def train_eagle3(target: Target, data: dict, args, work: Path) -> Path:
+def train_eagle3(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
     if args.init:
         drafter = eagle3.load(target, args.init)
         cfg, params, d2t = drafter.cfg, drafter.params, drafter.d2t
     else:
-        counts = np.bincount(data["tokens"], minlength=target.cfg.vocab_size)
+        counts = np.bincount(data.tokens, minlength=target.cfg.vocab_size)
         cfg, params, d2t = eagle3.init_eagle3(target, args.draft_vocab, counts, seed=args.seed,
                                               intermediate_size=args.intermediate)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
     embed, tcfg, tparams = params.get("embed", target.params["embed"]), target.cfg, target.params
+    columns = feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
+
+    def feats_of(b):
+        if "feats" in b:
+            return b["feats"].astype(jnp.float32)
+        return target_features(tparams, b["tokens"], cfg=tcfg, capture=cfg.feature_layers)
 
     def loss_fn(p, b):
-        feats = b["feats"] if "feats" in b else target_features(tparams, b["tokens"], cfg=tcfg,
-                                                                  capture=cfg.feature_layers)
-        return eagle3_loss(p, cfg, embed, t2d, feats.astype(jnp.float32), b["tokens"], b["lengths"],
-                           b["prompt_lens"], args.ttt_steps)
+        return eagle3_loss(p, cfg, embed, t2d, feats_of(b), b, args.ttt_steps)
 
-    features = cache_features(target, data, cfg.feature_layers, args) if args.cache_features else None
-    params, log = train("eagle3", loss_fn, params, data, args, work / "eagle3", features)
+    k_eval = args.block_size - 1
+
+    def runs_fn(p, b):
+        return eagle3_runs(p, cfg, embed, t2d, feats_of(b), b, k_eval)
+
+    params, log = train("eagle3", loss_fn, runs_fn, params, data, val, args, work / "eagle3", columns, k_eval)
     out = eagle3.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, np.asarray(d2t), dtype="bfloat16")
-    write_card(out, "eagle3", args, data, log, {"draft_vocab_size": cfg.draft_vocab_size,
-                                                "feature_layers": list(cfg.feature_layers),
-                                                "ttt_steps": args.ttt_steps,
-                                                "intermediate_size": cfg.body.intermediate_size})
+    write_card(out, "eagle3", args, data, val, log, {"draft_vocab_size": cfg.draft_vocab_size,
+                                                     "feature_layers": list(cfg.feature_layers),
+                                                     "ttt_steps": args.ttt_steps,
+                                                     "intermediate_size": cfg.body.intermediate_size})
     return out
 
 
-def write_card(out: Path, kind: str, args, data: dict, log: dict, arch: dict) -> None:
-    """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, loss curve."""
+def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:
+    """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, tau_est curve."""
     dev = jax.devices()[0]
     card = {"drafter": kind, "target": args.target or "embedded SmolLM2-135M-Instruct", "architecture": arch,
-            "data": {"sequences": int(len(data["prompt_lens"])), "tokens": int(len(data["tokens"])),
-                     "prompts": "experiments/train_data.py (templated math, stdlib code tasks, instructions)",
-                     "responses": f"target greedy, max {args.max_new} new tokens", "seed": args.seed,
-                     "sha256": hashlib.sha256(data["tokens"].tobytes()).hexdigest()[:16]},
-            "training": {"steps": log["steps"], "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
-                         "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"]},
+            "data": {"sources": args.data or [], "export": args.export, "sequences": len(data),
+                     "tokens": int(len(data.tokens)), "response_tokens": int(len(data.tokens) - data.prompt_lens.sum()),
+                     "validation_sequences": len(val), "seed": args.seed,
+                     "sha256": hashlib.sha256(data.tokens.tobytes()).hexdigest()[:16]},
+            "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
+                         "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"],
+                         "train_vocab": args.train_vocab},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
-            "loss_curve": log["log"]}
+            "curve": log["log"]}
     (out / "training.json").write_text(json.dumps(card, indent=1))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", choices=["dflash", "eagle3", "both", "none"], default="both",
-                    help="none: only build the dataset")
+    ap.add_argument("--drafter", choices=["dflash", "eagle3", "both"], default="dflash")
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
-    ap.add_argument("--prompts", default=None, help="JSONL of {prompt}; default: experiments/train_data.py")
-    ap.add_argument("--samples", type=int, default=2000)
-    ap.add_argument("--max-prompt", type=int, default=256)
-    ap.add_argument("--max-new", type=int, default=256)
-    ap.add_argument("--gen-batch", type=int, default=64)
-    ap.add_argument("--data", default=None, help="dataset .npz: loaded if present, else built and saved here")
+    ap.add_argument("--data", action="append", default=None, help="a distill dataset directory (repeatable)")
+    ap.add_argument("--limit-sequences", type=int, default=None, help="train on the first N training sequences")
+    ap.add_argument("--no-stored-features", action="store_true", help="compute target features per batch")
+    ap.add_argument("--val", type=int, default=128, help="validation sequences held out (at most a fifth)")
     ap.add_argument("--export", default=None, help="annotation export dir whose rejection prefixes to add")
     ap.add_argument("--export-weight", type=int, default=20)
+    ap.add_argument("--max-new", type=int, default=192, help="response length for --export prefixes")
     ap.add_argument("--init", default=None, help="fine-tune this checkpoint instead of a fresh drafter")
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq-len", type=int, default=384)
-    ap.add_argument("--anchors", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20000, help="upper bound; early stopping usually ends sooner")
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--patience", type=int, default=4, help="evaluations without a better tau_est before stopping")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=448)
+    ap.add_argument("--anchors", type=int, default=48, help="blocks per sequence per step (without replacement)")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--train-vocab", action="store_true", help="DFlash: softmax over the data's tokens only")
-    ap.add_argument("--cache-features", action="store_true", help="compute target features once (memmap)")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--features", type=int, default=5)
-    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--block-size", type=int, default=8, help="DFlash block (K up to block-1); EAGLE-3 eval K+1")
     ap.add_argument("--intermediate", type=int, default=1024)
     ap.add_argument("--draft-vocab", type=int, default=4096)
     ap.add_argument("--ttt-steps", type=int, default=3)
     ap.add_argument("--max-minutes", type=float, default=math.inf)
-    ap.add_argument("--save-every", type=int, default=500)
+    ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="smollm2-135m")
     ap.add_argument("--out", default="checkpoints")
@@ -351,13 +478,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     target = load_target(args.target, args.dtype, args.tokenizer)
-    data = load_or_build(Path(args.data) if args.data else None, target, args)
-    print(f"data: {len(data['prompt_lens'])} sequences, {len(data['tokens'])} tokens", flush=True)
+    parts = [load_sequences(args.data, not args.no_stored_features)] if args.data else []
+    if args.export:
+        layers = parts[0].feature_layers if parts else distill.feature_layers(target.cfg.num_layers)
+        parts.append(export_sequences(target, Path(args.export), args.export_weight, args.max_new, layers))
+    if not parts:
+        raise SystemExit("no data: pass --data DIR (python -m experiments.distill) and/or --export DIR")
+    data = concat_sequences(parts)
+    train_rows, val_rows = split_validation(len(data), args.val, args.seed)
+    if args.limit_sequences:
+        train_rows = train_rows[:args.limit_sequences]
+    train_set, val = data.subset(train_rows), data.subset(val_rows)
+    print(f"data: {len(train_set)} training sequences ({len(train_set.tokens)} tokens), {len(val)} validation; "
+          f"features {'stored' if data.features is not None else 'computed per batch'}", flush=True)
     work = Path(args.work)
-    kinds = {"both": ["dflash", "eagle3"], "none": []}.get(args.drafter, [args.drafter])
+    kinds = ["dflash", "eagle3"] if args.drafter == "both" else [args.drafter]
     trainers = {"dflash": train_dflash, "eagle3": train_eagle3}
     for kind in kinds:
-        print("saved", trainers[kind](target, data, args, work), flush=True)
+        print("saved", trainers[kind](target, train_set, val, args, work), flush=True)
 
 
 if __name__ == "__main__":

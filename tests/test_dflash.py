@@ -129,12 +129,9 @@ def test_feature_id_is_output_of_layer_like_hf_hidden_states(tmp_path):
     capture = (-1, 0, 1, 2, 3)
     _, feats, _ = forward(params, init_cache(cfg, 1, 16), jnp.asarray(ids, jnp.int32), jnp.asarray([0], jnp.int32),
                           cfg=cfg, capture=capture)
-    for i, layer in enumerate(capture[:-1]):  # id L == HF hidden_states[L + 1]
+    # id L == HF hidden_states[L + 1]; for the last layer both are after the final norm
+    for i, layer in enumerate(capture):
         np.testing.assert_allclose(np.asarray(feats[i, 0]), hidden[layer + 1][0].numpy(), atol=1e-5)
-    # HF's last entry is after the final norm; ours is the raw output of the last layer
-    from engine.model import rms_norm
-    np.testing.assert_allclose(np.asarray(rms_norm(feats[-1], params["norm"], cfg.rms_eps)[0]),
-                               hidden[4][0].numpy(), atol=1e-5)
 
 
 def test_default_target_layer_ids_follow_the_reference_formula():
@@ -434,3 +431,26 @@ def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedd
     again = engine.generate(smol, LOSSLESS_PROMPTS[0], drafter=drafter, max_new_tokens=24)
     assert again.stats["compiles"] == 0
     assert again.settings["drafter"] == "dflash" and again.settings["k"] == 3
+
+
+@pytest.mark.slow
+def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(target, tmp_path):
+    full = dflash.load(target, k=8)
+    prompt = "Anna has 4 boxes with 6 pencils each. She gives away 5 pencils. How many are left?"
+    want = engine.generate(target, prompt, drafter=full, max_new_tokens=40)
+    drafted = sorted({t for s in want.steps for t in s.drafted})
+    inside = np.union1d(np.arange(3000), drafted)  # every full-vocabulary draft lies inside this set
+    d2t = inside - np.arange(len(inside))
+    path = dflash.save_dflash(tmp_path / "restricted", full.cfg, full.params, d2t=d2t)
+    restricted = load_drafter(str(path), target, k=8)
+    assert restricted.head["lm_head"].shape == (target.cfg.hidden_size, len(inside))
+    got = engine.generate(target, prompt, drafter=restricted, max_new_tokens=40)
+    assert got.token_ids == want.token_ids
+    assert [s.drafted for s in got.steps] == [s.drafted for s in want.steps]  # same argmax: same drafts
+    small = np.setdiff1d(np.arange(2000), drafted)  # now no full-vocabulary draft is draftable
+    narrow = DFlashDrafter(target, full.cfg, full.params, k=8, d2t=small - np.arange(len(small)))
+    out = engine.generate(target, prompt, drafter=narrow, max_new_tokens=40)
+    assert out.token_ids == want.token_ids  # verification keeps it lossless whatever is drafted
+    assert all(set(s.drafted) <= set(small.tolist()) for s in out.steps)
+    with pytest.raises(DrafterError, match="d2t"):
+        DFlashDrafter(target, full.cfg, full.params, d2t=np.array([target.cfg.vocab_size]))

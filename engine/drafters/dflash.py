@@ -119,8 +119,9 @@ def config_from_json(hf: dict) -> DFlashConfig:
 
 
 def config_json(cfg: DFlashConfig) -> dict:
-    """The z-lab config.json of a DFlashConfig."""
-    return {"architectures": [ARCHITECTURES[0]], "model_type": "qwen3", **body_json(cfg.body),
+    """The z-lab config.json of a DFlashConfig (with the published `auto_map`, which loading ignores)."""
+    return {"architectures": [ARCHITECTURES[0]], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+            "model_type": "qwen3", **body_json(cfg.body),
             "tie_word_embeddings": False, "block_size": cfg.block_size, "num_target_layers": cfg.num_target_layers,
             "layer_types": ["full_attention"] * cfg.body.num_layers,
             "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.target_layer_ids)}}
@@ -212,12 +213,13 @@ def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, le
 
 
 @partial(jax.jit, static_argnames=("cfg", "k"))
-def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchor: jax.Array, position: jax.Array, *,
-          cfg: DFlashConfig, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchor: jax.Array, position: jax.Array,
+          draft_ids: jax.Array | None = None, *, cfg: DFlashConfig, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One drafter forward over the whole block (B rows, whatever k is).
 
-    The context is the first `position` cache rows (the anchor's position p = context length).
-    Returns ids [k] int32 (argmax of rows 1..k), q [k] (their drafter probability), logits [k, V].
+    The context is the first `position` cache rows (the anchor's position p = context length). With a
+    restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
+    Returns ids [k] int32 (argmax of rows 1..k), q [k] (their drafter probability), logits [k, V or Vd].
     """
     ids, positions = block_tokens(cfg, anchor, position)
     s = ctx_k[0].shape[2]
@@ -225,9 +227,25 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchor: jax.Array,
     mask = jnp.broadcast_to(visible, (1, cfg.block_size, s + cfg.block_size))
     h = run_block(params, cfg, embed(head, ids[None]), positions[None], ctx_k, ctx_v, mask)
     logits = head_logits(head, h[0, 1:k + 1])
-    drafts = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    q = jnp.take_along_axis(jax.nn.softmax(logits, axis=-1), drafts[:, None], axis=-1)[:, 0]
-    return drafts, q, logits
+    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    q = jnp.take_along_axis(jax.nn.softmax(logits, axis=-1), best[:, None], axis=-1)[:, 0]
+    return (best if draft_ids is None else draft_ids[best]), q, logits
+
+
+def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
+    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole)."""
+    w = head["lm_head"] if "lm_head" in head else head["embed"].T
+    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(draft_ids)]}
+
+
+def check_d2t(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Target ids [Vd] of a d2t map (target id = draft id + d2t[draft id]); DrafterError when out of range."""
+    if d2t.ndim != 1 or not 1 <= len(d2t) <= vocab_size:
+        raise DrafterError(f"DFlash d2t must be a vector of at most {vocab_size} entries, got {list(d2t.shape)}")
+    ids = np.arange(len(d2t)) + d2t.astype(np.int64)
+    if ids.min() < 0 or ids.max() >= vocab_size or len(np.unique(ids)) != len(ids):
+        raise DrafterError(f"DFlash d2t maps draft ids outside the target vocab 0..{vocab_size - 1} or twice")
+    return ids.astype(np.int32)
 
 
 # ---------------------------------------------------------------- training
@@ -276,9 +294,13 @@ class DFlashDrafter:
     name = "dflash"
 
     def __init__(self, target: Target, cfg: DFlashConfig, params: dict, k: int | None = None,
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, d2t: np.ndarray | None = None):
         check_fit(cfg, params["fc"].shape[0], target.cfg)
         self.cfg, self.params, self.head = cfg, on_mesh(params, target.mesh, cfg.body), shared_head(target.params)
+        # an optional restricted draft vocabulary (checkpoint tensor d2t, as EAGLE-3's): a smaller LM head
+        self.draft_ids = None if d2t is None else jnp.asarray(check_d2t(np.asarray(d2t), target.cfg.vocab_size))
+        if self.draft_ids is not None:
+            self.head = restricted_head(self.head, self.draft_ids)
         self.mesh = target.mesh
         self.block_size = cfg.block_size
         self.k = check_k(cfg.block_size - 1 if k is None else k, cfg.block_size - 1, self.name)
@@ -310,7 +332,7 @@ class DFlashDrafter:
             raise DrafterError(f"the draft context holds {state.length} rows but the anchor sits at position "
                                f"{position}: extend() must cover every committed token before the anchor")
         ids, q, _ = draft(self.params, self.head, state.k, state.v, np.int32(tokens[-1]), np.int32(position),
-                          cfg=self.cfg, k=self.k)
+                          self.draft_ids, cfg=self.cfg, k=self.k)
         return Proposal(np.asarray(ids), self.k, np.asarray(q)), state
 
 
@@ -333,13 +355,19 @@ def load_params(path: Path, cfg: DFlashConfig, dtype: str) -> dict:
             "layers": load_layers(tensors, _tensor_names(cfg), layer_shapes(cfg.body, h), dtype, path)}
 
 
-def save_dflash(path: str | Path, cfg: DFlashConfig, params: dict, dtype: str = "float32") -> Path:
-    """Write a z-lab DFlash checkpoint (config.json + model.safetensors, float32 or bfloat16)."""
+def save_dflash(path: str | Path, cfg: DFlashConfig, params: dict, dtype: str = "float32",
+                d2t: np.ndarray | None = None) -> Path:
+    """Write a z-lab DFlash checkpoint (config.json + model.safetensors, float32 or bfloat16); with d2t [Vd]
+    (int64, target id = draft id + d2t[draft id]) the drafter drafts over that restricted vocabulary."""
     tensors = {"fc.weight": np.asarray(params["fc"], np.float32).T,
                "hidden_norm.weight": np.asarray(params["hidden_norm"], np.float32),
                "norm.weight": np.asarray(params["norm"], np.float32),
                **layer_tensors(params["layers"], _tensor_names(cfg))}
-    return save_checkpoint(path, config_json(cfg), tensors, dtype)
+    config = config_json(cfg)
+    if d2t is not None:
+        tensors["d2t"] = np.asarray(d2t, np.int64)
+        config["draft_vocab_size"] = len(d2t)
+    return save_checkpoint(path, config, tensors, dtype)
 
 
 def default_mask_token_id(target: Target) -> int:
@@ -385,4 +413,5 @@ def load(target: Target, path: str | Path | None = None, k: int | None = None, *
     cfg = config_from_json(read_config(path))
     check_fit(cfg, len(cfg.target_layer_ids) * target.cfg.hidden_size, target.cfg)
     params = load_params(path, cfg, target.dtype)
-    return DFlashDrafter(target, cfg, params, k=k, checkpoint=str(path))
+    d2t = read_tensors(path).get("d2t")
+    return DFlashDrafter(target, cfg, params, k=k, checkpoint=str(path), d2t=d2t)

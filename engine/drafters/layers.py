@@ -56,7 +56,15 @@ def concat_features(features: jax.Array) -> jax.Array:
 
 
 def body_config(hf: dict, arch: str, what: str) -> ModelConfig:
-    """A drafter's decoder shape from its config.json; `arch` "qwen3" (q/k norms) or "llama" (none)."""
+    """A drafter's decoder shape from its config.json; `arch` "qwen3" (q/k norms) or "llama" (none).
+    Bias tensors and activations other than SiLU are refused: the layers have neither."""
+    for field in ("attention_bias", "mlp_bias"):
+        if hf.get(field):
+            raise DrafterError(f"{what} config.json has {field}: {json.dumps(hf[field])}; only bias-free "
+                               "layers are supported")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise DrafterError(f"{what} config.json has hidden_act: {json.dumps(hf['hidden_act'])}; only \"silu\" "
+                           "is supported")
     try:
         return config_from_hf({**hf, "model_type": arch, "architectures": []})
     except CheckpointError as e:

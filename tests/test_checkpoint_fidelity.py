@@ -1,0 +1,61 @@
+"""Fidelity to the published drafter formats: the target's last-layer feature is HF's post-norm
+hidden_states[N], configs the drafter layers cannot honour are refused, and exported configs carry the
+published `auto_map` (DFlash) and still load."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.drafters import DrafterError, dflash, eagle3, load_drafter
+from engine.drafters.dflash import save_dflash
+from engine.drafters.eagle3 import save_eagle3
+
+CHECKPOINTS = {"dflash": dflash.DEFAULT_CHECKPOINT, "eagle3": eagle3.DEFAULT_CHECKPOINT}
+DFLASH_AUTO_MAP = {"AutoModel": "dflash.DFlashDraftModel"}
+
+
+def test_last_layer_feature_is_hf_post_norm_hidden_state(target):
+    """On the embedded 30-layer SmolLM2: id 29 == HF hidden_states[30] (after the final norm), id 28 ==
+    hidden_states[29] (no norm)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.test_model_parity import _ours_incremental
+
+    n, path = target.cfg.num_layers, target.path
+    assert n == 30
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.float32).eval()
+    ids = target.encode("Explain in two sentences why the sky is blue.")
+    with torch.no_grad():
+        hidden = model(torch.tensor(ids[None].astype(np.int64)), output_hidden_states=True).hidden_states
+    _, feats = _ours_incremental(path, ids, split=7, capture=(n - 2, n - 1))
+    for got, want in zip(feats[:, 0], (hidden[n - 1][0].numpy(), hidden[n][0].numpy()), strict=True):
+        scale = np.abs(want).max()  # the residual stream reaches ~1e4, the normed state ~50
+        assert np.abs(got - want).max() < 1e-5 * scale
+
+
+@pytest.mark.parametrize("kind", sorted(CHECKPOINTS))
+@pytest.mark.parametrize("field,value", [("attention_bias", True), ("mlp_bias", True), ("hidden_act", "gelu")])
+def test_configs_the_layers_cannot_honour_are_refused(tmp_path, target, kind, field, value):
+    shipped = CHECKPOINTS[kind]
+    conf = json.loads((shipped / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**conf, field: value}))
+    (tmp_path / "model.safetensors").symlink_to(shipped / "model.safetensors")
+    with pytest.raises(DrafterError, match=f"{field}: {json.dumps(value)}"):
+        load_drafter(tmp_path, target)
+
+
+def test_exported_configs_carry_the_published_auto_map_and_load(tmp_path, target):
+    assert json.loads((CHECKPOINTS["dflash"] / "config.json").read_text())["auto_map"] == DFLASH_AUTO_MAP
+    shipped = load_drafter("dflash", target)
+    save_dflash(tmp_path / "dflash", shipped.cfg, shipped.params)
+    assert json.loads((tmp_path / "dflash" / "config.json").read_text())["auto_map"] == DFLASH_AUTO_MAP
+    assert load_drafter(tmp_path / "dflash", target).cfg == shipped.cfg
+    # published EAGLE-3 configs (yuhuili/EAGLE3-*, NVIDIA ModelOpt's export template) carry no auto_map
+    shipped = load_drafter("eagle3", target)
+    save_eagle3(tmp_path / "eagle3", shipped.cfg, shipped.params, np.asarray(shipped.d2t))
+    assert "auto_map" not in json.loads((tmp_path / "eagle3" / "config.json").read_text())
+    assert load_drafter(tmp_path / "eagle3", target).cfg == shipped.cfg

@@ -1,0 +1,90 @@
+"""Self-distillation data: the engine's lean greedy path, its features, and sharded resumable datasets."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import generate, load_drafter
+from engine.cache import init_cache
+from engine.decode import greedy_batch
+from engine.model import forward
+from experiments import distill
+from experiments.train_drafter import load_sequences, sample_anchors
+
+PROMPTS = ["What is 12 times 7?", "Write a haiku about rain.",
+           "List three prime numbers greater than 50 and explain why each of them is prime."]
+MIX = {"math": 0.5, "code": 0.3, "chat": 0.2}  # no sharegpt: the test needs no extra wheel
+
+
+def test_lean_greedy_equals_generate_with_ar_and_its_features_equal_a_full_forward(target):
+    ar = load_drafter("ar", target)
+    ids = [target.encode(p) for p in PROMPTS]
+    layers = distill.feature_layers(target.cfg.num_layers)
+    responses, feats = greedy_batch(target, ids, 24, steps_per_call=8, capture=layers)
+    for prompt, resp in zip(PROMPTS, responses, strict=True):
+        assert resp.tolist() == generate(target, prompt, drafter=ar, max_new_tokens=24).token_ids, prompt
+    seq = np.concatenate([ids[2], responses[2]])
+    _, full, _ = forward(target.params, init_cache(target.cfg, 1, 128), jnp.asarray(seq[None]),
+                         jnp.zeros(1, jnp.int32), cfg=target.cfg, capture=layers, with_logits=False)
+    full = np.asarray(full)[:, 0].transpose(1, 0, 2).reshape(len(seq), -1)
+    got = feats[2].astype(np.float32)
+    assert got.shape == full.shape and not got[-1].any()  # the last token was never an input
+    scale = np.abs(full[:-1]).max(axis=1, keepdims=True)
+    assert np.max(np.abs(got[:-1] - full[:-1]) / scale) < 2e-3
+
+
+def _run(out, n, target, **kw):
+    return distill.run(out, n, target=target, mix=MIX, max_new=8, max_prompt=96, batch=2, shard_size=2, **kw)
+
+
+def test_dataset_resumes_after_an_interruption_without_duplicates_or_gaps(target, tmp_path, monkeypatch):
+    fresh = _run(tmp_path / "fresh", 5, target)
+    real, calls = distill.distill_shard, []
+
+    def interrupted(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the second shard is in progress
+        return real(*args, **kw)
+
+    monkeypatch.setattr(distill, "distill_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "resumed", 5, target)
+    assert len(distill.read_manifest(tmp_path / "resumed")["shards"]) == 1  # the finished shard survived
+    monkeypatch.setattr(distill, "distill_shard", real)
+    _run(tmp_path / "resumed", 3, target)  # resume to 3 prompts: a short last shard ...
+    resumed = _run(tmp_path / "resumed", 5, target)  # ... redone in full when the dataset grows
+    assert [s["sha256"] for s in resumed["shards"]] == [s["sha256"] for s in fresh["shards"]]
+    a, b = distill.load_dataset(tmp_path / "fresh"), distill.load_dataset(tmp_path / "resumed")
+    assert all(np.array_equal(a[k], b[k]) for k in ("tokens", "offsets", "prompt_lens"))
+    index = np.concatenate([np.load(tmp_path / "resumed" / s["file"])["prompt_index"] for s in resumed["shards"]])
+    assert index.tolist() == list(range(5))  # every prompt once, in order
+    seqs = load_sequences([str(tmp_path / "resumed")])
+    assert len(seqs) == 5 and seqs.features is not None
+    assert all(len(f) == n for f, n in zip(seqs.features, np.diff(seqs.offsets), strict=True))
+
+
+def test_dataset_refuses_other_settings_and_corrupt_shards(target, tmp_path):
+    _run(tmp_path, 2, target, features=False)
+    with pytest.raises(distill.DatasetError, match="other settings"):
+        distill.run(tmp_path, 2, target=target, mix=MIX, max_new=9, max_prompt=96, batch=2, shard_size=2)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / manifest["shards"][0]["file"]).write_bytes(b"not a shard")
+    with pytest.raises(distill.DatasetError, match="checksum"):
+        distill.load_dataset(tmp_path)
+
+
+def test_anchors_cover_response_positions_only_without_replacement():
+    rng = np.random.default_rng(0)
+    lengths, prompt_lens = np.array([40, 12, 30]), np.array([10, 10, 29])
+    anchors, valid = sample_anchors(rng, lengths, prompt_lens, 16)
+    for a, v, n, p in zip(anchors, valid, lengths, prompt_lens, strict=True):
+        picked = a[v]
+        assert len(set(picked.tolist())) == len(picked)  # no replacement
+        assert picked.min(initial=p - 1) >= p - 1 and picked.max(initial=0) <= n - 2  # labels a+1.. lie in the response
+        assert len(picked) == min(16, n - p)
+    assert anchors[2][valid[2]].tolist() == [28]
