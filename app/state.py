@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import threading
@@ -91,6 +92,29 @@ class Workbench:
             self._cache[key] = engine.load_drafter(self.sources[label], self.target, k=key[1])
         return self._cache[key]
 
+    def measured_speedups(self) -> dict[str, tuple[float, int]]:
+        """{label: (best measured speedup over ar, its K)} for loaded drafters, greedy, batch 1, on this device:
+        from the history's measured_speedup view (runs paired with ar on the same prompt), else from the
+        `measured` rows of a checkpoint's model card (training.json) taken on the same device kind."""
+        device, out = jax.devices()[0].device_kind, {}
+        rows = self.history.query(
+            "SELECT drafter, drafter_checkpoint, k, speedup FROM measured_speedup WHERE target = ? AND dtype = ? "
+            "AND device_kind = ? AND batch = 1 AND temperature = 0 AND n_pairs >= 3 AND speedup IS NOT NULL",
+            [self.target.name, self.target.dtype, device])
+        for label in self.sources:
+            if label == "ar":
+                continue
+            loaded = self.drafter(label)
+            mine = [(r["speedup"], r["k"]) for r in rows
+                    if r["drafter"] == loaded.name and r["drafter_checkpoint"] == loaded.checkpoint]
+            card = Path(loaded.checkpoint or "") / "training.json"
+            if not mine and loaded.checkpoint and card.is_file():
+                mine = [(m["speedup"], m["k"]) for m in json.loads(card.read_text()).get("measured", [])
+                        if m.get("device_kind") == device and m.get("speedup")]
+            if mine:
+                out[label] = max(mine)
+        return out
+
     def try_drafter(self, label: str, source: str) -> bool:
         """Load a drafter once to see that it works; record it as available or why it is not."""
         try:
@@ -178,6 +202,9 @@ def start(target: str | None = None, dtype: str = "float32", db: str | None = No
             label = path.name if path.name not in wb.sources else str(path)
             ok = wb.try_drafter(label, str(path))
             print(f"draftscope: drafter {path}: {'ok' if ok else 'unavailable: ' + wb.unavailable[label]}", flush=True)
+    for label, (speedup, k) in wb.measured_speedups().items():  # each drafter's best measured K is its default
+        wb.default_k[label] = k
+        print(f"draftscope: drafter {label}: measured {speedup:.2f}x over ar at K={k} here", flush=True)
     wb.examples = load_examples()
     t1 = time.perf_counter()
     for label in wb.sources:

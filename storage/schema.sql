@@ -179,3 +179,18 @@ CREATE OR REPLACE VIEW acceptance_lengths AS
 SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
 FROM steps s JOIN runs r USING (run_id)
 GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
+
+-- Speedup over ar measured like for like: each finished drafter run paired with the ar run of the same
+-- comparison group on the same prompt, settings and machine; summed ar decode seconds over summed drafter
+-- decode seconds (prefill excluded). Feeds the app's default drafter and K.
+CREATE OR REPLACE VIEW measured_speedup AS
+SELECT d.target, d.dtype, d.device_kind, d.batch, d.temperature, d.drafter, d.drafter_checkpoint, d.k,
+       count(*) AS n_pairs,
+       sum(a.decode_s) / nullif(sum(d.decode_s), 0) AS speedup,
+       avg(d.tau) AS tau
+FROM runs d
+JOIN runs a ON a.comparison_group = d.comparison_group AND a.drafter = 'ar' AND a.status = 'done'
+           AND a.prompt = d.prompt AND a.max_new_tokens = d.max_new_tokens AND a.temperature = d.temperature
+           AND a.batch = d.batch AND a.device_kind = d.device_kind AND a.target = d.target AND a.dtype = d.dtype
+WHERE d.status = 'done' AND d.drafter <> 'ar' AND d.comparison_group IS NOT NULL
+GROUP BY d.target, d.dtype, d.device_kind, d.batch, d.temperature, d.drafter, d.drafter_checkpoint, d.k;

@@ -28,12 +28,12 @@ def as_int(value: Any, name: str, lo: int, hi: int) -> int:
 
 
 def best_drafter(wb: Workbench) -> str:
-    """The drafter to preselect: a model drafter when one loads, else ngram, else ar."""
-    for name in ("dflash", "eagle3"):
-        if name in wb.sources:
-            return name
-    others = [label for label in wb.sources if label not in ("ar", "ngram")]
-    return others[0] if others else "ngram" if "ngram" in wb.sources else "ar"
+    """The drafter to preselect: the loaded one with the best measured speedup over ar on this hardware
+    (Workbench.measured_speedups: the history's like-for-like pairs, else the model cards); unmeasured, ngram."""
+    measured = wb.measured_speedups()
+    if measured:
+        return max(measured, key=lambda label: measured[label][0])
+    return "ngram" if "ngram" in wb.sources else "ar"
 
 
 def unavailable_md(wb: Workbench) -> str:
