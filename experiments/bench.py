@@ -32,10 +32,14 @@ import argparse
 import json
 import statistics
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
+
+import jax
 
 from engine import (
     CheckpointError,
@@ -146,6 +150,7 @@ def summarize(suite: str, c: Contender, outcomes: list[Outcome], ref: list[Outco
     same = [a == b for o, r in zip(outcomes, ref, strict=True) for a, b in zip(sequences(o), sequences(r), strict=True)]
     return {
         "suite": suite, "drafter": c.name, "k": c.k, "batch": getattr(c, "batch", 1), "n": len(same),
+        "checkpoint": getattr(getattr(c, "drafter", None), "checkpoint", None),
         "tau": statistics.fmean(r.stats["tau"] for r in results) if results else None,
         "acceptance_rate": sum(r.stats["accepted"] for r in results) / drafted if drafted else None,
         "tok_per_s": 1e3 / mspt if mspt else None, "ms_per_token": mspt,
@@ -174,7 +179,8 @@ def suite_table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         check = "-" if r["lossless"] is None else f"{r['n_lossless']}/{r['n']}"
-        body.append([r["drafter"], r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
+        label = r["drafter"] + (f" ({Path(r['checkpoint']).name})" if r.get("checkpoint") else "")
+        body.append([label, r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
                      _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
                      _fmt(r.get("x_ar1"), ".2f") + "x", check,
                      _fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
@@ -271,6 +277,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes: groups of prompts verified together")
     ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
     ap.add_argument("--json", action="store_true", help="one JSON row per (suite, drafter, K, batch) instead of tables")
+    ap.add_argument("--update-cards", action="store_true",
+                    help="record greedy batch-1 tau and speedup in each benched checkpoint's training.json "
+                         "('measured': the app's default drafter on a machine without history)")
     return ap.parse_args(argv)
 
 
@@ -330,10 +339,29 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
                 if rows:
                     scaling_rows(rows)
                     _print_suite(label, rows, a, target, problems, bar)
+                    if a.update_cards and greedy:
+                        update_cards(rows, a.max_new_tokens)
         except (GenerationError, HistoryError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     return 0
+
+
+def update_cards(rows: list[dict], max_new_tokens: int) -> None:
+    """Write each checkpoint row's measured tau and speedup (batch 1, greedy) into its model card, replacing the
+    row of the same suite, K and device kind."""
+    device = jax.devices()[0].device_kind
+    for r in rows:
+        card_path = Path(r["checkpoint"] or "") / "training.json"
+        if not r.get("checkpoint") or r.get("batch", 1) != 1 or not card_path.parent.is_dir():
+            continue
+        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+        keep = [m for m in card.get("measured", [])
+                if (m.get("suite"), m.get("k"), m.get("device_kind")) != (r["suite"], r["k"], device)]
+        card["measured"] = keep + [{"suite": r["suite"], "k": r["k"], "n": r["n"], "tau": r["tau"],
+                                    "speedup": r["speedup"], "lossless": r["lossless"], "device_kind": device,
+                                    "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d")}]
+        card_path.write_text(json.dumps(card, indent=1))
 
 
 def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Target, problems: list[str],

@@ -29,6 +29,7 @@ from engine import load_target
 from engine.decode import greedy_batch
 from engine.drafters import dflash, eagle3
 from engine.target import Target
+from experiments.suites import load_suite
 from experiments.train_data import build_prompts
 
 MANIFEST = "manifest.json"
@@ -112,15 +113,18 @@ def distill_shard(target: Target, prompts: list[np.ndarray], max_new: int, batch
 
 
 def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict | None = None, max_new: int = 192,
-        max_prompt: int = 384, batch: int = 32, shard_size: int = 256, features: bool = True) -> dict:
+        max_prompt: int = 384, batch: int = 32, shard_size: int = 256, features: bool = True,
+        suite: str | None = None) -> dict:
     """Generate (or resume, or extend) the dataset in `out` up to n_prompts prompts; returns the manifest.
 
     features: also keep the target features of every token (FEATURE_LAYERS of the target, float16, one .npy
-    per shard, not committed: ~7 KB per token for SmolLM2) so drafter training needs no feature pass."""
+    per shard, not committed: ~7 KB per token for SmolLM2) so drafter training needs no feature pass.
+    suite: answer the first n_prompts prompts of an evaluation suite instead (an offline evaluation set for
+    tau_est per suite: never train on it)."""
     capture = feature_layers(target.cfg.num_layers) if features else ()
     settings = {"target": target.name, "dtype": target.dtype, "seed": seed, "mix": mix, "max_new": max_new,
                 "max_prompt": max_prompt, "shard_size": shard_size,
-                "prompt_source": "experiments.train_data.build_prompts"}
+                "prompt_source": f"suite:{suite}" if suite else "experiments.train_data.build_prompts"}
     manifest = read_manifest(out) or {**settings, "shards": []}
     changed = [k for k in FIXED if manifest.get(k) != settings[k]]
     if changed:
@@ -129,7 +133,8 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
     out.mkdir(parents=True, exist_ok=True)
     if manifest["shards"] and manifest["shards"][-1]["prompts"] < shard_size:
         manifest["shards"].pop()  # a short last shard is redone in full when the dataset grows
-    rows = build_prompts(n_prompts, seed, mix)
+    rows = ([{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite)[:n_prompts]] if suite
+            else build_prompts(n_prompts, seed, mix))
     done = len(manifest["shards"]) * shard_size
     todo = range(done, len(rows), shard_size)
     bar = tqdm(total=len(rows), initial=min(done, len(rows)), unit="seq", desc="self-distill", smoothing=0.1)
@@ -210,12 +215,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--target", default=None)
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
+    ap.add_argument("--suite", default=None, help="distill an evaluation suite's prompts (tau_est per suite)")
     ap.add_argument("--no-features", action="store_true", help="do not keep target features next to the shards")
     args = ap.parse_args(argv)
     target = load_target(args.target, "float32", args.tokenizer)
     manifest = run(Path(args.out), args.prompts, target=target, seed=args.seed, max_new=args.max_new,
                    max_prompt=args.max_prompt, batch=args.batch, shard_size=args.shard_size,
-                   features=not args.no_features)
+                   features=not args.no_features, suite=args.suite)
     n_seq = sum(s["sequences"] for s in manifest["shards"])
     print(f"{args.out}: {len(manifest['shards'])} shards, {n_seq} sequences, "
           f"{sum(s['tokens'] for s in manifest['shards'])} tokens", flush=True)

@@ -202,14 +202,17 @@ def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
     return valid & (idx < lengths) & (idx >= prompt_lens), labels
 
 
-def dflash_runs(params, cfg, head, feats, batch) -> jax.Array:
+def dflash_runs(params, cfg, head, feats, batch, draft_ids: jax.Array | None = None) -> jax.Array:
     """Accepted-run length [B, A] of the drafter's greedy block at each anchor against the sequence's own
-    continuation (the target's greedy tokens): what a greedy engine step anchored there accepts at K = B-1."""
+    continuation (the target's greedy tokens): what a greedy engine step anchored there accepts at K = B-1.
+    draft_ids: target ids of a restricted head's columns (as DFlashDrafter drafts)."""
     logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])
-    identity = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+    drafts = jnp.argmax(logits, -1)
+    drafts = drafts if draft_ids is None else draft_ids[drafts]
+    identity = jnp.arange(cfg.body.vocab_size, dtype=jnp.int32)
     labels, valid = dflash_labels_in(identity, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
-    return accepted_runs((jnp.argmax(logits, -1) == labels) & valid)
+    return accepted_runs((drafts == labels) & valid)
 
 
 def eagle3_runs(params, cfg, embed, t2d, feats, batch, k: int) -> jax.Array:
@@ -338,15 +341,26 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
 
 
 def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
+    vocab_size = target.cfg.vocab_size
     if args.init:
         drafter = dflash.load(target, args.init)
         cfg, params = drafter.cfg, drafter.params
+        draft_ids = None if drafter.draft_ids is None else np.asarray(drafter.draft_ids)
     else:
         ids = dflash.default_target_layer_ids(target.cfg.num_layers, args.features)
         cfg, params = dflash.init_dflash(target, args.layers, args.block_size, ids, seed=args.seed,
                                          intermediate_size=args.intermediate)
+        draft_ids = None
+        if args.draft_vocab < vocab_size:  # the most frequent response tokens of the training data
+            counts = np.bincount(response_tokens(data), minlength=vocab_size)
+            draft_ids = np.arange(args.draft_vocab) + eagle3.draft_vocab_map(counts, args.draft_vocab)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
-    head, to_vocab = training_head(shared_head(target.params), data.tokens, args.train_vocab)
+    head = shared_head(target.params)
+    if draft_ids is not None:
+        head = dflash.restricted_head(head, draft_ids)
+    to_vocab = np.full(vocab_size, -1, np.int32)
+    to_vocab[np.arange(vocab_size) if draft_ids is None else draft_ids] = np.arange(head_width(head))
+    to_vocab, ids_map = jnp.asarray(to_vocab), None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
     columns = feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
     tcfg, tparams = target.cfg, target.params
 
@@ -358,32 +372,29 @@ def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Pa
     def loss_fn(p, b):
         return dflash_loss(p, cfg, head, feats_of(b), b, args.gamma, to_vocab)
 
-    full_head = shared_head(tparams)
-
     def runs_fn(p, b):
-        return dflash_runs(p, cfg, full_head, feats_of(b), b)
+        return dflash_runs(p, cfg, head, feats_of(b), b, ids_map)
 
     params, log = train("dflash", loss_fn, runs_fn, params, data, val, args, work / "dflash", columns,
                         cfg.block_size - 1)
-    out = dflash.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16")
+    d2t = None if draft_ids is None else draft_ids - np.arange(len(draft_ids))
+    out = dflash.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16", d2t=d2t)
     write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
                                                      "target_layer_ids": list(cfg.target_layer_ids),
-                                                     "intermediate_size": cfg.body.intermediate_size})
+                                                     "intermediate_size": cfg.body.intermediate_size,
+                                                     "draft_vocab_size": head_width(head)})
     return out
 
 
-def training_head(head: dict, tokens: np.ndarray, restrict: bool) -> tuple[dict, jax.Array]:
-    """The shared head for training and a target-id -> logit-column map. restrict: softmax only over the
-    tokens present in the data (a sampled-softmax shortcut that cuts the LM-head cost on a CPU; the
-    saved drafter is unchanged and drafts over the full vocabulary)."""
-    vocab_size = head["embed"].shape[0]
-    if not restrict:
-        return head, jnp.arange(vocab_size, dtype=jnp.int32)
-    vocab = np.unique(tokens)
-    w = head["lm_head"][:, vocab] if "lm_head" in head else head["embed"][vocab].T
-    to_vocab = np.full(vocab_size, -1, np.int32)
-    to_vocab[vocab] = np.arange(len(vocab))
-    return {"embed": head["embed"], "lm_head": w}, jnp.asarray(to_vocab)
+def head_width(head: dict) -> int:
+    """Number of logits the head produces (the draft vocabulary size)."""
+    return head["lm_head"].shape[1] if "lm_head" in head else head["embed"].shape[0]
+
+
+def response_tokens(data: Sequences) -> np.ndarray:
+    """Every response token of the data (prompts excluded)."""
+    return np.concatenate([data.tokens[data.offsets[r] + data.prompt_lens[r]:data.offsets[r + 1]]
+                           for r in range(len(data))])
 
 
 def train_eagle3(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
@@ -421,6 +432,33 @@ def train_eagle3(target: Target, data: Sequences, val: Sequences, args, work: Pa
     return out
 
 
+def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> list[float]:
+    """tau_est(K = 1..max) of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training)."""
+    from engine.drafters import load_drafter
+
+    drafter = load_drafter(checkpoint, target)
+    params = jax.tree.map(lambda a: a.astype(jnp.float32), drafter.params)
+    columns = feature_columns(data, drafter.feature_layers, target.cfg.hidden_size)
+    if drafter.name == "dflash":
+        max_k = drafter.cfg.block_size - 1
+        runs = jax.jit(lambda p, f, b: dflash_runs(p, drafter.cfg, drafter.head, f, b, drafter.draft_ids))
+    else:
+        max_k = args.block_size - 1
+        t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
+        embed = params.get("embed", target.params["embed"])
+        runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, t2d, f, b, max_k))
+    out = []
+    for lo in range(0, len(data), args.batch):
+        rows = np.arange(lo, min(lo + args.batch, len(data)))
+        b = batch_of(data, rows, args.seq_len, columns)
+        b["anchors"], b["anchor_valid"] = sample_anchors(np.random.default_rng([args.seed, lo]), b["lengths"],
+                                                         b["prompt_lens"], args.anchors)
+        feats = b.pop("feats").astype(np.float32) if "feats" in b else target_features(
+            target.params, b["tokens"], cfg=target.cfg, capture=drafter.feature_layers)
+        out.append(np.asarray(runs(params, feats, b))[b["anchor_valid"]])
+    return tau_from_runs(np.concatenate(out), max_k)
+
+
 def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:
     """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, tau_est curve."""
     dev = jax.devices()[0]
@@ -431,7 +469,7 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                      "sha256": hashlib.sha256(data.tokens.tobytes()).hexdigest()[:16]},
             "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"],
-                         "train_vocab": args.train_vocab},
+                         "draft_vocab": args.draft_vocab},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
     (out / "training.json").write_text(json.dumps(card, indent=1))
@@ -459,12 +497,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--anchors", type=int, default=48, help="blocks per sequence per step (without replacement)")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
-    ap.add_argument("--train-vocab", action="store_true", help="DFlash: softmax over the data's tokens only")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--features", type=int, default=5)
     ap.add_argument("--block-size", type=int, default=8, help="DFlash block (K up to block-1); EAGLE-3 eval K+1")
     ap.add_argument("--intermediate", type=int, default=1024)
-    ap.add_argument("--draft-vocab", type=int, default=4096)
+    ap.add_argument("--draft-vocab", type=int, default=8192,
+                    help="draft vocabulary: the most frequent response tokens (DFlash: d2t; >= vocab: the full one)")
     ap.add_argument("--ttt-steps", type=int, default=3)
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
@@ -472,6 +510,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--name", default="smollm2-135m")
     ap.add_argument("--out", default="checkpoints")
     ap.add_argument("--work", default="out/train", help="resumable state lives here")
+    ap.add_argument("--evaluate", action="append", default=None,
+                    help="only print tau_est of this checkpoint on all of --data (repeatable)")
     return ap.parse_args(argv)
 
 
@@ -485,6 +525,11 @@ def main(argv: list[str] | None = None) -> None:
     if not parts:
         raise SystemExit("no data: pass --data DIR (python -m experiments.distill) and/or --export DIR")
     data = concat_sequences(parts)
+    if args.evaluate:
+        for checkpoint in args.evaluate:
+            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(data),
+                              "tau_est": evaluate_checkpoint(target, checkpoint, data, args)}), flush=True)
+        return
     train_rows, val_rows = split_validation(len(data), args.val, args.seed)
     if args.limit_sequences:
         train_rows = train_rows[:args.limit_sequences]

@@ -435,20 +435,21 @@ def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedd
 
 @pytest.mark.slow
 def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(target, tmp_path):
-    full = dflash.load(target, k=8)
+    shipped = dflash.load(target)
+    full = DFlashDrafter(target, shipped.cfg, shipped.params, k=7)  # the full vocabulary
     prompt = "Anna has 4 boxes with 6 pencils each. She gives away 5 pencils. How many are left?"
     want = engine.generate(target, prompt, drafter=full, max_new_tokens=40)
     drafted = sorted({t for s in want.steps for t in s.drafted})
     inside = np.union1d(np.arange(3000), drafted)  # every full-vocabulary draft lies inside this set
     d2t = inside - np.arange(len(inside))
     path = dflash.save_dflash(tmp_path / "restricted", full.cfg, full.params, d2t=d2t)
-    restricted = load_drafter(str(path), target, k=8)
+    restricted = load_drafter(str(path), target, k=7)
     assert restricted.head["lm_head"].shape == (target.cfg.hidden_size, len(inside))
     got = engine.generate(target, prompt, drafter=restricted, max_new_tokens=40)
     assert got.token_ids == want.token_ids
     assert [s.drafted for s in got.steps] == [s.drafted for s in want.steps]  # same argmax: same drafts
     small = np.setdiff1d(np.arange(2000), drafted)  # now no full-vocabulary draft is draftable
-    narrow = DFlashDrafter(target, full.cfg, full.params, k=8, d2t=small - np.arange(len(small)))
+    narrow = DFlashDrafter(target, full.cfg, full.params, k=7, d2t=small - np.arange(len(small)))
     out = engine.generate(target, prompt, drafter=narrow, max_new_tokens=40)
     assert out.token_ids == want.token_ids  # verification keeps it lossless whatever is drafted
     assert all(set(s.drafted) <= set(small.tolist()) for s in out.steps)

@@ -229,3 +229,18 @@ def test_peers_in_interleaved_loop(target, tmp_path):
     hf = by_name[("hf-generate", 0)]
     assert hf["peer"] == "ar" and hf["n_generated"] == 4 and hf["tok_per_s"] > 0 and hf["ours_x"] > 0
     assert by_name[("hf-prompt-lookup", 2)]["ours_x"] is None  # no ngram K=2 ran to compare with
+
+
+def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
+    from experiments.bench import update_cards
+
+    ckpt = tmp_path / "drafter"
+    ckpt.mkdir()
+    (ckpt / "training.json").write_text(json.dumps({"drafter": "dflash"}))
+    row = {"suite": "gsm8k", "k": 4, "n": 20, "tau": 2.5, "speedup": 1.6, "lossless": True, "batch": 1,
+           "checkpoint": str(ckpt)}
+    update_cards([row, {**row, "checkpoint": None}, {**row, "batch": 4}], 128)
+    update_cards([{**row, "tau": 2.7}, {**row, "k": 6, "tau": 2.9}], 128)
+    card = json.loads((ckpt / "training.json").read_text())
+    assert card["drafter"] == "dflash"
+    assert sorted((m["k"], m["tau"]) for m in card["measured"]) == [(4, 2.7), (6, 2.9)]  # the rerun replaced K=4

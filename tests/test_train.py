@@ -13,7 +13,6 @@ from safetensors.numpy import load_file
 from engine import generate, load_drafter
 from engine.drafters import eagle3
 from engine.drafters.dflash import init_dflash, save_dflash
-from engine.drafters.layers import shared_head
 from experiments import train_drafter
 from experiments.train_data import build_prompts
 
@@ -82,7 +81,7 @@ def test_tau_from_runs_caps_each_run_at_k():
 def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
     """tau_est's accepted runs, from one training-style forward over the target's greedy sequence, equal what
     the engine accepted at each of its verify steps (K = the drafter's maximum)."""
-    drafter = load_drafter(kind, target, k=15 if kind == "dflash" else 8)
+    drafter = load_drafter(kind, target) if kind == "dflash" else load_drafter(kind, target, k=7)  # K: all rows
     prompt = "Sam buys 3 packs of 12 eggs and uses 7 of them. How many eggs are left? Explain step by step."
     out = generate(target, prompt, drafter=drafter, max_new_tokens=64)
     seq = np.array(out.prompt_ids + out.token_ids, np.int32)
@@ -93,7 +92,7 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
     feats = train_drafter.target_features(target.params, seq[None], cfg=target.cfg, capture=drafter.feature_layers)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), drafter.params)
     if kind == "dflash":
-        runs = train_drafter.dflash_runs(params, drafter.cfg, shared_head(target.params), feats, batch)
+        runs = train_drafter.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
     else:
         t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
         runs = train_drafter.eagle3_runs(params, drafter.cfg, params.get("embed", target.params["embed"]), t2d,
