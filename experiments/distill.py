@@ -117,7 +117,7 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
         suite: str | None = None) -> dict:
     """Generate (or resume, or extend) the dataset in `out` up to n_prompts prompts; returns the manifest.
 
-    features: also keep the target features of every token (FEATURE_LAYERS of the target, float16, one .npy
+    features: also keep the target features of every token (feature_layers() of the target, float16, one .npy
     per shard, not committed: ~7 KB per token for SmolLM2) so drafter training needs no feature pass.
     suite: answer the first n_prompts prompts of an evaluation suite instead (an offline evaluation set for
     tau_est per suite: never train on it)."""
