@@ -1,4 +1,8 @@
-"""Plotly figures for K-Flat, predicted speedup, acceptance curves, acceptance lengths and calibration."""
+"""Plotly figures for K-Flat, predicted speedup, acceptance curves, acceptance lengths and calibration.
+
+Legends sit under the plot, below the x-axis title, and wrap there; points estimated from fewer than MIN_SAMPLES
+samples are drawn as grey rings off the curves, and every point's marker grows with its sample count.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,11 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 
-LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=50),
-              legend=dict(orientation="h", y=-0.2))
+MIN_SAMPLES = 10  # fewer samples than this: a point is shown greyed, off its curve
+GREY = "#9ca3af"
+LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=60, b=40), showlegend=True,
+              legend=dict(orientation="h", x=0, xanchor="left", y=-0.3, yanchor="top", font=dict(size=11)))
+SPEEDUP_MODEL = "speedup(K) = tau(K) / ((draft(K) + verify(K)) / ar step),  ar step = verify(K=1)"
 
 
 def _figure(title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
@@ -27,6 +34,32 @@ def empty_figure(title: str, note: str) -> go.Figure:
     return fig
 
 
+def marker_sizes(counts: list[int], biggest: int) -> list[float]:
+    """Marker diameters growing with the square root of each point's sample count (6 to 18 px)."""
+    return [6 + 12 * (n / biggest) ** 0.5 if biggest else 6 for n in counts]
+
+
+def add_counted_points(fig: go.Figure, x: list, y: list, counts: list[int], biggest: int, name: str,
+                       hover: str) -> None:
+    """One curve through the points with at least MIN_SAMPLES samples, and the others as grey rings off it;
+    marker size and hover show each point's sample count n."""
+    well = [i for i, n in enumerate(counts) if n >= MIN_SAMPLES]
+    few = [i for i, n in enumerate(counts) if n < MIN_SAMPLES]
+    template = f"{hover}<br>n=%{{customdata}}<extra>{name}</extra>"
+    trace = go.Scatter(x=[x[i] for i in well], y=[y[i] for i in well], mode="lines+markers", name=name,
+                       legendgroup=name, customdata=[counts[i] for i in well], hovertemplate=template,
+                       marker=dict(size=marker_sizes([counts[i] for i in well], biggest)))
+    fig.add_trace(trace)
+    if few:
+        fig.add_trace(go.Scatter(x=[x[i] for i in few], y=[y[i] for i in few], mode="markers", legendgroup=name,
+                                 name=f"{name} (n < {MIN_SAMPLES})", showlegend=not well,
+                                 customdata=[counts[i] for i in few],
+                                 hovertemplate=f"{hover}<br>n=%{{customdata}} (under {MIN_SAMPLES}: unreliable)"
+                                               f"<extra>{name}</extra>",
+                                 marker=dict(size=marker_sizes([counts[i] for i in few], biggest), color="white",
+                                             line=dict(color=GREY, width=1.5))))
+
+
 def kflat_figure(sweeps: dict[str, list[dict]]) -> go.Figure:
     """Verify ms (solid) and draft ms (dashed) against K, one colour per labelled sweep."""
     if not sweeps:
@@ -39,13 +72,15 @@ def kflat_figure(sweeps: dict[str, list[dict]]) -> go.Figure:
         drafts = [r for r in rows if r.get("draft_ms") is not None]
         if drafts:
             fig.add_trace(go.Scatter(x=[r["k"] for r in drafts], y=[r["draft_ms"] for r in drafts],
-                                     mode="lines+markers", line=dict(dash="dash"), name=f"draft · {label}",
+                                     mode="lines+markers", line=dict(dash="dash"),
+                                     name=f"draft ({drafts[0].get('drafter') or 'drafter'}) · {label}",
                                      legendgroup=label))
     return fig
 
 
-def predict_speedup(rows: list[dict], survival: list[float]) -> list[dict]:
-    """Predicted speedup per measured K: (1 + sum_{i<=K} survival_i) / ((verify(K) + draft(K)) / verify(base)).
+def predict_speedup(rows: list[dict], survival: list[float], with_draft: bool = True) -> list[dict]:
+    """Predicted speedup per measured K: tau(K) / ((draft(K) + verify(K)) / verify(base)), tau(K) = 1 + sum of
+    survival up to K. with_draft=False leaves the draft time out (an estimate for drafting that costs nothing).
 
     base is K=1 (the cost of an `ar` step, which also verifies a 2-token block) or the smallest K swept.
     Only K up to the longest measured block (len(survival)) are predicted.
@@ -59,35 +94,55 @@ def predict_speedup(rows: list[dict], survival: list[float]) -> list[dict]:
         if r["k"] > len(survival):
             break
         tau = 1.0 + sum(survival[:r["k"]])
-        cost = (r["verify_ms"] + (r.get("draft_ms") or 0.0)) / base
-        out.append({"k": r["k"], "tau": tau, "cost": cost, "speedup": tau / cost})
+        draft = (r.get("draft_ms") or 0.0) if with_draft else 0.0
+        cost = (r["verify_ms"] + draft) / base
+        out.append({"k": r["k"], "tau": tau, "draft_ms": draft, "cost": cost, "speedup": tau / cost})
     return out
 
 
-def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source: str) -> go.Figure:
-    """Predicted speedup vs K per sweep from one drafter's measured survival curve; the best K is starred."""
-    title = f"Predicted speedup vs K<br><sup>acceptance: {source}</sup>"
+def times_drafter(rows: list[dict], drafter: str) -> bool:
+    """Whether a sweep timed this drafter's draft step at every K."""
+    return bool(rows) and all(r.get("drafter") == drafter and r.get("draft_ms") is not None for r in rows)
+
+
+def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source: str, drafter: str) -> go.Figure:
+    """Predicted speedup vs K per sweep from `drafter`'s measured survival curve; the best K is starred. A sweep
+    that timed this drafter's draft step counts it (solid); any other is a verify-only estimate (dotted, so named)."""
+    title = f"Predicted speedup vs K<br><sup>{SPEEDUP_MODEL}<br>acceptance: {source}</sup>"
     if not sweeps or not survival:
         return empty_figure(title, "needs a sweep and stored runs of the chosen drafter")
     fig = _figure(title, "K (log scale)", "predicted speedup over ar", log_x=True)
+    fig.update_layout(margin=dict(t=95))
     top = 1.0
     for label, rows in sweeps.items():
-        pred = predict_speedup(rows, survival)
+        with_draft = times_drafter(rows, drafter)
+        pred = predict_speedup(rows, survival, with_draft)
         if not pred:
             continue
+        name = f"{label} · with {drafter}'s draft time" if with_draft else \
+            f"{label} · verify only: drafting cost left out"
         top = max([top] + [p["speedup"] for p in pred])
         fig.add_trace(go.Scatter(x=[p["k"] for p in pred], y=[p["speedup"] for p in pred], mode="lines+markers",
-                                 name=label, customdata=[[p["tau"], p["cost"]] for p in pred],
+                                 name=name, line=dict(dash="solid" if with_draft else "dot"),
+                                 customdata=[[p["tau"], p["draft_ms"], p["cost"]] for p in pred],
                                  hovertemplate="K=%{x}<br>speedup %{y:.2f}×<br>tau %{customdata[0]:.2f}"
-                                               "<br>cost %{customdata[1]:.2f}× ar step<extra></extra>"))
+                                               "<br>draft %{customdata[1]:.2f} ms"
+                                               "<br>cost %{customdata[2]:.2f}× ar step<extra></extra>"))
         best = max(pred, key=lambda p: p["speedup"])
         fig.add_trace(go.Scatter(x=[best["k"]], y=[best["speedup"]], mode="markers+text",
                                  marker=dict(symbol="star", size=16, color="#f59e0b"),
-                                 text=[f"best K={best['k']}: {best['speedup']:.2f}×"], textposition="top center",
+                                 text=[f"best K={best['k']}: {best['speedup']:.2f}×" + ("" if with_draft else
+                                                                                          " (no draft cost)")],
+                                 textposition=label_position(best["k"], [p["k"] for p in pred]),
                                  name=f"best K · {label}", showlegend=False))
-    fig.add_hline(y=1.0, line=dict(color="#9ca3af", dash="dot"))
+    fig.add_hline(y=1.0, line=dict(color=GREY, dash="dot"))
     fig.update_yaxes(range=[0, top * 1.25])  # from zero, with room for the best-K label
     return fig
+
+
+def label_position(k: int, ks: list[int]) -> str:
+    """Where a point's text label stays inside the plot: away from the edge when the point is on one."""
+    return "top right" if k == ks[0] and len(ks) > 1 else "top left" if k == ks[-1] and len(ks) > 1 else "top center"
 
 
 def series_label(row: dict) -> str:
@@ -95,26 +150,34 @@ def series_label(row: dict) -> str:
     return f"{row['drafter']} · {row.get('suite') or 'no suite'} · K={row['k']} · T={row['temperature']:g}"
 
 
+POSITION_COUNTS = {"survival": "n_steps", "conditional_acceptance": "n_reached"}  # each metric's denominator
+
+
 def position_figure(rows: list[dict], column: str, title: str) -> go.Figure:
-    """A per-position curve (survival or conditional_acceptance) per drafter/suite/K group."""
+    """A per-position curve (survival or conditional_acceptance) per drafter/suite/K group; each point's sample
+    count (steps that drafted position i, or that reached it) sizes its marker and shows on hover."""
     if not rows:
         return empty_figure(title, "no stored steps for this selection")
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[series_label(r)].append(r)
+    count = POSITION_COUNTS[column]
+    biggest = max(r[count] for r in rows)
     fig = _figure(title, "draft position i within the block", column.replace("_", " "))
     for label, rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["i"])
-        fig.add_trace(go.Scatter(x=[r["i"] for r in rs], y=[r[column] for r in rs], mode="lines+markers", name=label,
-                                 customdata=[r["n_steps"] for r in rs],
-                                 hovertemplate="i=%{x}<br>%{y:.3f}<br>n=%{customdata}<extra></extra>"))
-    fig.update_yaxes(range=[0, 1.05])
+        rs = sorted((r for r in rs if r[column] is not None), key=lambda r: r["i"])
+        add_counted_points(fig, [r["i"] for r in rs], [r[column] for r in rs], [r[count] for r in rs], biggest,
+                           label, "i=%{x}<br>%{y:.3f}")
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[-0.05, 1.05])
     return fig
 
 
 def length_histogram(rows: list[dict]) -> go.Figure:
-    """Fraction of steps by accepted-prefix length, one bar series per drafter/suite/K group."""
+    """Fraction of steps by accepted-prefix length, one bar series per drafter/suite/K group (ar, K=0, drafts
+    nothing and is left out)."""
     title = "Acceptance length per step"
+    rows = [r for r in rows if r["k"]]
     if not rows:
         return empty_figure(title, "no stored steps for this selection")
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -128,6 +191,7 @@ def length_histogram(rows: list[dict]) -> go.Figure:
                              customdata=[r["n_steps"] for r in rs],
                              hovertemplate="accepted=%{x}<br>%{y:.3f} (%{customdata} steps)<extra></extra>"))
     fig.update_layout(barmode="group")
+    fig.update_xaxes(dtick=1)
     return fig
 
 
@@ -137,7 +201,7 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
     if not rows:
         return empty_figure(title, "no drafted tokens for this selection")
     fig = _figure(title, "draft confidence q (bin mean)", "observed acceptance")
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(color="#9ca3af", dash="dot"),
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(color=GREY, dash="dot"),
                              name="perfectly calibrated"))
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -145,10 +209,8 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
     biggest = max(r["n"] for r in rows)
     for drafter, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["q_mean"])
-        fig.add_trace(go.Scatter(x=[r["q_mean"] for r in rs], y=[r["acceptance"] for r in rs], mode="lines+markers",
-                                 name=drafter, marker=dict(size=[8 + 16 * (r["n"] / biggest) ** 0.5 for r in rs]),
-                                 customdata=[r["n"] for r in rs],
-                                 hovertemplate="q≈%{x:.2f}<br>accepted %{y:.3f}<br>n=%{customdata}<extra></extra>"))
+        add_counted_points(fig, [r["q_mean"] for r in rs], [r["acceptance"] for r in rs], [r["n"] for r in rs],
+                           biggest, drafter, "q≈%{x:.2f}<br>accepted %{y:.3f}")
     fig.update_xaxes(range=[-0.02, 1.02])
     fig.update_yaxes(range=[-0.02, 1.05])
     return fig

@@ -66,7 +66,8 @@ def survival(h: History, target: str, drafter: str) -> tuple[list[float], int]:
 
 
 def sweeps(h: History) -> dict[str, dict]:
-    """Stored K-Flat sweeps: sweep_id -> {label, rows}, newest first."""
+    """Stored K-Flat sweeps, newest first: sweep_id -> {rows, label (everything, for choosing), short (hardware,
+    context and time, for legends)}."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in h.list_kflat():
         groups[r["sweep_id"]].append(r)
@@ -74,8 +75,10 @@ def sweeps(h: History) -> dict[str, dict]:
     for sweep_id, rows in sorted(groups.items(), key=lambda kv: kv[1][0]["created_at"], reverse=True):
         r = rows[0]
         ks = [x["k"] for x in rows]
-        out[sweep_id] = {"rows": rows, "label": f"{r['hardware']} · {r['model']} {r['dtype']} · ctx {r['context']} · "
-                                                f"K {min(ks)}-{max(ks)} · {r['created_at']:%Y-%m-%d %H:%M}"}
+        drafter = f" · draft {r['drafter']}" if r["drafter"] else " · verify only"
+        out[sweep_id] = {"rows": rows, "short": f"{r['hardware']} · ctx {r['context']} · {r['created_at']:%m-%d %H:%M}",
+                         "label": f"{r['hardware']} · {r['model']} {r['dtype']} · ctx {r['context']} · K {min(ks)}-"
+                                  f"{max(ks)}{drafter} · {r['created_at']:%Y-%m-%d %H:%M}"}
     return out
 
 
@@ -93,3 +96,16 @@ def run_choices(h: History, only_rejections: bool = False, limit: int = 200) -> 
                    "ORDER BY created_at DESC, run_id DESC LIMIT ?", [limit])
     return [(f"{r['created_at']:%m-%d %H:%M:%S} · {r['drafter']} K={r['k']} · {r['status']} · "
              f"{(r['prompt_preview'] or '')[:40]}", r["run_id"]) for r in rows]
+
+
+AR_MATCH_KEYS = ("target", "dtype", "device_kind", "mesh", "batch", "temperature", "top_p", "seed", "max_new_tokens")
+
+
+def matching_ar_run(h: History, prompt: str, settings: dict) -> dict | None:
+    """The newest finished `ar` run on this prompt with the same settings (AR_MATCH_KEYS of a run's settings) and
+    timed warm (no XLA compile inside it): {run_id, tok_per_s, token_ids, comparison_group}, or None."""
+    same = " AND ".join(f"{key} = ?" for key in AR_MATCH_KEYS)
+    rows = h.query(f"SELECT run_id, tok_per_s, token_ids, comparison_group FROM runs WHERE drafter = 'ar' "
+                   f"AND status = 'done' AND compiles = 0 AND tok_per_s > 0 AND prompt = ? AND {same} "
+                   "ORDER BY created_at DESC LIMIT 1", [prompt, *(settings[key] for key in AR_MATCH_KEYS)])
+    return rows[0] if rows else None

@@ -15,7 +15,16 @@ CSS = """
   color: #111827; background: #ffffff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 10px 12px; }
 .ds-prompt { color: #374151; background: #f9fafb; border-left: 3px solid #9ca3af; padding: 4px 8px;
   margin-bottom: 8px; white-space: pre-wrap; }
-.ds-prompt b { font-family: system-ui, sans-serif; font-size: 12px; color: #6b7280; }
+.ds-prompt b, .ds-plain b { font-family: system-ui, sans-serif; font-size: 12px; color: #6b7280; }
+.ds-prompt details { display: inline; }
+.ds-prompt summary { display: inline; cursor: pointer; color: #1d4ed8; font-family: system-ui, sans-serif;
+  font-size: 12px; }
+.ds-prompt details[open] summary { display: block; }
+.ds-plain { font-family: system-ui, sans-serif; font-size: 15px; line-height: 1.6; color: #111827;
+  background: #ffffff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 10px 12px; }
+.ds-plain-text { white-space: pre-wrap; word-break: break-word; }
+.ds-pair { display: grid; gap: 10px; align-items: start;
+  grid-template-columns: repeat(auto-fit, minmax(min(340px, 100%), 1fr)); }
 .ds-blocks { white-space: pre-wrap; word-break: break-word; }
 .ds-step { border-left: 2px solid #9ca3af; padding-left: 2px; margin-left: 3px; }
 .ds-step:nth-child(even) .tok { outline: 1px dotted #d1d5db; }
@@ -117,6 +126,23 @@ def as_dicts(steps: Iterable[Any]) -> list[dict]:
 
 
 VIEW_END = "</div></div>"
+PROMPT_FOLD, PROMPT_HEAD, PROMPT_TAIL = 1500, 600, 300  # a prompt longer than PROMPT_FOLD shows head ... tail
+
+
+def prompt_html(prompt: str) -> str:
+    """The prompt (escaped); a long one folded to its head and tail around a <details> holding the rest."""
+    body = escape(prompt)
+    if len(prompt) > PROMPT_FOLD:
+        middle = prompt[PROMPT_HEAD:-PROMPT_TAIL]
+        body = (f"{escape(prompt[:PROMPT_HEAD])}<details><summary> ⋯ {len(middle):,} more characters "
+                f"({len(prompt):,} in all; click to show or hide) ⋯ </summary>{escape(middle)}</details>"
+                f"{escape(prompt[-PROMPT_TAIL:])}")
+    return f'<div class="ds-prompt"><b>prompt</b>\n{body}</div>'
+
+
+def plain_html(text: str | None) -> str:
+    """The output as plain text (escaped): what the run answered, without the token markup."""
+    return f'<div class="ds-plain"><b>output as text</b><div class="ds-plain-text">{escape(text or "")}</div></div>'
 
 
 def block_view(steps: Iterable[Any], prompt: str | None = None, clickable: bool = False,
@@ -132,7 +158,7 @@ class LiveView:
 
     def __init__(self, prompt: str | None = None, legend: bool = True, clickable: bool = False,
                  annotated: Iterable[tuple[int, int]] = ()) -> None:
-        head = f'<div class="ds-prompt"><b>prompt</b>\n{escape(prompt)}</div>' if prompt else ""
+        head = prompt_html(prompt) if prompt else ""
         self.head = f'<div class="ds-view">{LEGEND if legend else ""}{head}<div class="ds-blocks">'
         self.clickable, self.annotated = clickable, list(annotated)
         self.parts: list[str] = []
@@ -165,6 +191,9 @@ def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = ""
                      + (f" ({speedup_note})" if speedup_note else "")))
     rows += [("steps · tokens", f"{stats.get('n_steps', 0)} · {stats.get('n_generated', 0)}"),
              ("drafted · accepted", f"{stats.get('drafted', 0)} · {stats.get('accepted', 0)}")]
+    if stats.get("warmup_compiles"):
+        rows.append(("XLA compiles before timing", f"{stats['warmup_compiles']} in {stats.get('warmup_s', 0.0):.1f} s "
+                                                   "(not in tokens/s)"))
     if stats.get("compiles"):
         rows.append(("XLA compiles", f"{stats['compiles']} (their time is in tokens/s)"))
     if stats.get("stop_reason"):
@@ -174,7 +203,7 @@ def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = ""
 
 
 def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = ()) -> str:
-    """A stored run (History.get_run): what it was, its stats and its block view replayed."""
+    """A stored run (History.get_run): what it was, its stats, its block view replayed and its plain output."""
     s = run.get("settings") or {}
     facts = [f"run {run.get('run_id')}", f"{s.get('drafter')} K={s.get('k')}", f"T={s.get('temperature')}",
              f"status {run.get('status')}", f"{run.get('created_at'):%Y-%m-%d %H:%M:%S} UTC"
@@ -186,5 +215,5 @@ def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, 
     if run.get("comparison_group"):
         facts.append(f"comparison {run['comparison_group'][:8]}")
     head = f'<div class="ds-legend">{escape(" · ".join(f for f in facts if f))}</div>'
-    return head + stats_html(run.get("stats") or {}) + block_view(run.get("steps") or [], run.get("prompt"),
-                                                                 clickable, annotated)
+    view = block_view(run.get("steps") or [], run.get("prompt"), clickable, annotated)
+    return f'{head}{stats_html(run.get("stats") or {})}<div class="ds-pair">{view}{plain_html(run.get("text"))}</div>'

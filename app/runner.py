@@ -1,6 +1,9 @@
 """One generation streamed step by step and stored when it ends: 'done', or 'cancelled' when stopped.
 
-A run is never lost: when the history cannot be written the run goes to <db dir>/unsaved/<uuid>.json.
+Every run is timed warm: its shapes are compiled first (engine.warm_up, untimed) and the warm-up's XLA compiles and
+seconds are reported apart (stats warmup_compiles, warmup_s). A drafter's speedup compares it with an `ar` run on the
+same prompt and settings, also timed warm (stored_reference, run_reference). A run is never lost: when the history
+cannot be written the run goes to <db dir>/unsaved/<uuid>.json.
 """
 
 from __future__ import annotations
@@ -9,17 +12,20 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from statistics import mean
-
-import jax
+from typing import TypeVar
 
 import engine
 from engine.decode import settings_of
+from engine.sharding import mesh_label
 from storage import HistoryError
 
+from . import queries
 from .state import Workbench
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -33,6 +39,23 @@ class Live:
     run_id: str | None = None
     message: str = ""
     token_ids: list[int] = field(default_factory=list)
+    k: int = 0  # tokens drafted per step (0: ar)
+
+    @property
+    def title(self) -> str:
+        """What ran: 'ngram K=4', or 'ar'."""
+        return f"{self.label} K={self.k}" if self.k else self.label
+
+
+@dataclass
+class Reference:
+    """The `ar` run a drafter run is compared with: same prompt and settings, timed warm."""
+
+    run_id: str | None
+    tok_per_s: float
+    token_ids: list[int]
+    comparison_group: str | None
+    note: str
 
 
 def live_stats(steps: list[dict], decode_s: float) -> dict:
@@ -46,6 +69,16 @@ def live_stats(steps: list[dict], decode_s: float) -> dict:
             "n_steps": len(steps), "n_generated": n_out, "drafted": drafted, "accepted": accepted}
 
 
+def engine_settings(temperature: float, max_new_tokens: int) -> dict:
+    """The generation keywords of every app run (greedy when temperature is 0, seed 0, chat template)."""
+    return dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=False)
+
+
+def run_settings(wb: Workbench, drafter: engine.Drafter, settings: dict) -> dict:
+    """The settings a run with these generation keywords is stored with (batch 1 on the target's mesh)."""
+    return settings_of(wb.target, drafter, **settings, batch=1, mesh=mesh_label(wb.target.mesh))
+
+
 def partial_result(wb: Workbench, drafter: engine.Drafter, prompt: str, steps: list[dict], t_start: float,
                    t_decode: float, settings: dict) -> dict:
     """A GenerationResult-shaped dict for a run stopped before its end."""
@@ -57,7 +90,7 @@ def partial_result(wb: Workbench, drafter: engine.Drafter, prompt: str, steps: l
         "n_prompt": len(prompt_ids), "draft_ms": sum(s["draft_ms"] for s in steps),
         "verify_ms": sum(s["verify_ms"] for s in steps), "stop_reason": "cancelled"}
     return {"text": wb.target.decode(out), "token_ids": out, "prompt_ids": prompt_ids,
-            "steps": steps, "stats": stats, "settings": settings_of(wb.target, drafter, **settings)}
+            "steps": steps, "stats": stats, "settings": run_settings(wb, drafter, settings)}
 
 
 def store(wb: Workbench, result: dict, **meta) -> tuple[str | None, str]:
@@ -73,17 +106,23 @@ def store(wb: Workbench, result: dict, **meta) -> tuple[str | None, str]:
 
 
 def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperature: float, max_new_tokens: int,
-               stop: threading.Event | None = None, reference_ids: list[int] | None = None,
+               stop: threading.Event | None = None, reference: Reference | None = None,
                **meta) -> Iterator[Live]:
-    """Yield a Live after every verify step, then the stored run (status 'done' or 'cancelled').
+    """Compile this run's shapes (untimed), then yield a Live after every verify step, then the stored run (status
+    'done' or 'cancelled'). K: see Workbench.drafter.
 
-    Input errors (GenerationError, DrafterError, AppError) raise before the first step. reference_ids: the `ar`
-    output of the same prompt and settings; with temperature 0 the run is stored with lossless = equality.
+    Input errors (GenerationError, DrafterError, AppError) raise before the first step. reference: the `ar` run of
+    the same prompt and settings; with temperature 0 the run is stored with lossless = equality of the outputs, and
+    in the reference's comparison group unless meta names one.
     """
     drafter = wb.drafter(label, k)
-    settings = dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=False)
-    gen = engine.stream(wb.target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=temperature)
+    settings = engine_settings(temperature, max_new_tokens)
+    compiles, seconds = engine.warm_up(wb.target, [prompt], drafter, **settings)
+    warm = {"warmup_compiles": compiles, "warmup_s": seconds}
+    gen = engine.stream(wb.target, prompt, drafter, **settings)
     meta = {"prompt": prompt, **wb.example_meta(prompt), **meta}
+    if reference is not None:
+        meta.setdefault("comparison_group", reference.comparison_group)
     steps: list[dict] = []
     t_start = time.perf_counter()
     t_decode = t_start
@@ -103,36 +142,66 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
             if not steps:
                 t_decode = time.perf_counter() - (step.draft_ms + step.verify_ms) / 1e3
             steps.append(step.to_dict())
-            yield Live(label, steps, live_stats(steps, time.perf_counter() - t_decode), "running")
+            yield Live(label, steps, live_stats(steps, time.perf_counter() - t_decode) | warm, "running", k=drafter.k)
             if stop is not None and stop.is_set():
                 gen.close()
                 result, status = partial_result(wb, drafter, prompt, steps, t_start, t_decode, settings), "cancelled"
                 break
     except GeneratorExit:  # the page went away mid-run: keep what was computed
         gen.close()
-        store(wb, partial_result(wb, drafter, prompt, steps, t_start, t_decode, settings), status="cancelled",
-              **meta)
+        result = partial_result(wb, drafter, prompt, steps, t_start, t_decode, settings)
+        result["stats"] |= warm
+        store(wb, result, status="cancelled", **meta)
         raise
-    if status == "done" and reference_ids is not None and temperature == 0:
-        meta["lossless"] = result["token_ids"] == reference_ids
+    if status == "done" and reference is not None and temperature == 0:
+        meta["lossless"] = result["token_ids"] == reference.token_ids
+    result["stats"] |= warm
     run_id, message = store(wb, result, status=status, **meta)
     message = message or meta.get("error", "")
-    yield Live(label, result["steps"], result["stats"], status, run_id, message, result["token_ids"])
+    yield Live(label, result["steps"], result["stats"], status, run_id, message, result["token_ids"], drafter.k)
 
 
-def stored_ar_speed(wb: Workbench, limit: int = 5) -> tuple[float, int] | None:
-    """Mean tokens/s of the latest stored `ar` runs on this target, dtype and backend (compile-free first)."""
-    rows = wb.history.query(
-        "SELECT tok_per_s FROM runs WHERE drafter = 'ar' AND status = 'done' AND tok_per_s > 0 AND target = ? "
-        "AND dtype = ? AND backend = ? ORDER BY coalesce(compiles, 0) > 0, created_at DESC LIMIT ?",
-        [wb.target.name, wb.target.dtype, jax.default_backend(), limit])
-    return (mean(r["tok_per_s"] for r in rows), len(rows)) if rows else None
+def reference_of(live: Live, comparison_group: str | None, note: str) -> Reference:
+    """A finished `ar` Live as the reference of the drafter runs after it."""
+    tok_per_s = live.stats["tok_per_s"]
+    return Reference(live.run_id, tok_per_s, live.token_ids, comparison_group, f"{note}: {tok_per_s:.1f} tok/s")
 
 
-def speedup(live: Live, ar_tok_s: float | None, note: str) -> tuple[float | None, str]:
-    """This run's tokens/s over the ar reference, and the note saying what the reference is."""
+def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int) -> Reference | None:
+    """The newest stored `ar` run on this prompt and settings, timed warm (queries.matching_ar_run), or None."""
+    settings = run_settings(wb, wb.drafter("ar"), engine_settings(temperature, max_new_tokens))
+    row = queries.matching_ar_run(wb.history, prompt, settings)
+    if row is None:
+        return None
+    return Reference(row["run_id"], row["tok_per_s"], row["token_ids"], row["comparison_group"],
+                     f"stored ar run …{row['run_id'][-8:]}, same prompt and settings: {row['tok_per_s']:.1f} tok/s")
+
+
+def run_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
+                  stop: threading.Event | None = None,
+                  comparison_group: str | None = None) -> Generator[Live, None, Reference | None]:
+    """Run `ar` on this prompt and settings in comparison_group (default: a new group), yielding its Lives; return
+    it as the Reference, or None when it was stopped."""
+    group = comparison_group or uuid.uuid4().hex
+    for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, comparison_group=group):
+        yield live
+    return reference_of(live, group, "ar on this prompt and settings, just run") if live.status == "done" else None
+
+
+def relay(lives: Generator[Live, None, R], show: Callable[[Live], T]) -> Generator[T, None, R]:
+    """Yield show(live) for each Live of a generator, then return the generator's own return value."""
+    while True:
+        try:
+            live = next(lives)
+        except StopIteration as done:
+            return done.value
+        yield show(live)
+
+
+def speedup(live: Live, reference: Reference | None) -> tuple[float | None, str]:
+    """This run's tokens/s over its `ar` reference's, and the note saying what the reference is."""
     if live.label == "ar":
         return 1.0, "this is the ar baseline"
-    if not ar_tok_s:
-        return None, note or "no stored ar run on this target yet: tick 'also run ar' once"
-    return live.stats.get("tok_per_s", 0.0) / ar_tok_s, note
+    if reference is None or not reference.tok_per_s:
+        return None, "no ar run on this prompt and settings"
+    return live.stats.get("tok_per_s", 0.0) / reference.tok_per_s, reference.note

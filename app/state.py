@@ -84,9 +84,13 @@ class Workbench:
         return list(self.sources)
 
     def drafter(self, label: str, k: int | None = None) -> engine.Drafter:
-        """A drafter by its label with K drafted tokens per step (default: its own K; cached per label and K)."""
+        """A drafter by its label drafting K tokens per step (cached per label and K). K None: its default K here
+        (default_k); ar drafts nothing and ignores K; any other drafter refuses K < 1."""
         if label not in self.sources:
             raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(self.sources)}")
+        if label != "ar" and k is not None and k < 1:
+            raise AppError(f"K={k}: {label} drafts 1 or more tokens per step (its default here is K="
+                           f"{self.default_k[label]}); K=0 means no drafting, which is the ar drafter")
         key = (label, self.default_k[label] if k is None or label == "ar" else k)
         if key not in self._cache:
             self._cache[key] = engine.load_drafter(self.sources[label], self.target, k=key[1])

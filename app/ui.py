@@ -24,9 +24,11 @@ def build(wb: Workbench) -> gr.Blocks:
         gr.Markdown(header(wb), elem_id="ds-header")
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
-                generate.build(wb)
-            for name, module in (("Compare", compare), ("K-Flat", kflat), ("Acceptance", acceptance),
-                                 ("History", history), ("Annotate", annotate)):
+                prompt = generate.build(wb)
+            with gr.Tab("Compare", id="compare") as tab:
+                compare.build(wb, tab, prompt)
+            for name, module in (("K-Flat", kflat), ("Acceptance", acceptance), ("History", history),
+                                 ("Annotate", annotate)):
                 with gr.Tab(name, id=name.lower()) as tab:
                     module.build(wb, tab)
     return demo

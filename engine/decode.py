@@ -4,8 +4,9 @@ The prompt's last token is the first anchor: prefill covers prompt[:-1], so ever
 comes out of a verify step (with `ar`, a block of just the anchor). The target cache holds every
 committed token except the anchor; after a step it grows by accepted + 1 and the bonus becomes the
 next anchor. Shapes are static per (batch size, K, cache bucket): blocks are padded to max(K, 1) + 1 tokens.
-A batch shares one target cache [B, ...] with a position per sequence; each sequence keeps its own drafter
-state (drafting runs per sequence; verification is one pass for all).
+A batch shares one target cache [B, ...] with a position per sequence, and one drafter state whose caches are
+batched the same way: every step drafts all sequences in one drafter call and verifies all blocks in one target
+pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import platform
 import time
 from collections.abc import Generator, Iterator
 from functools import partial
+from itertools import islice
 
 import jax
 import jax.numpy as jnp
@@ -111,22 +113,19 @@ def settings_of(target: Target, drafter: Drafter, **kw) -> dict:
 class _Sequence:
     """One sequence's progress inside a batched generation."""
 
-    def __init__(self, ids: np.ndarray, state):
+    def __init__(self, ids: np.ndarray):
         self.tokens, self.out, self.steps = [int(t) for t in ids], [], []
-        self.state, self.pending, self.stop, self.done_at = state, None, None, None
-
-
-def _features_of(feats: jax.Array | None, row: int) -> jax.Array | None:
-    return None if feats is None else feats[:, row:row + 1]
+        self.stop, self.done_at = None, None
 
 
 def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = None, max_new_tokens: int = 256,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
                  raw: bool = False) -> Generator[list[tuple[int, StepTrace]], None, list[GenerationResult]]:
-    """Speculative decoding of a batch: every step drafts per sequence, then verifies all blocks in ONE target
-    pass with per-sequence acceptance and ragged lengths. Yields [(sequence index, StepTrace)] per step for
-    the sequences still running; returns one GenerationResult per prompt. Finished sequences ride along
-    as one-token blocks at their final position (static shapes: no recompilation when one stops)."""
+    """Speculative decoding of a batch: every step drafts all sequences in ONE drafter call, then verifies all
+    blocks in ONE target pass with per-sequence acceptance and ragged lengths. Yields [(sequence index,
+    StepTrace)] per step for the sequences still running; returns one GenerationResult per prompt. Finished
+    sequences ride along as undrafted one-token blocks at their final position, their drafter context no longer
+    growing (static shapes: no recompilation when one stops)."""
     drafter = drafter or ArDrafter()
     if not prompts:
         raise GenerationError("no prompts to generate from")
@@ -138,41 +137,36 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
     max_len = cache_len_for(max(len(i) for i in ids), max_new_tokens, k_block + 1)
     cache = init_cache(target.cfg, batch, max_len, target.params["embed"].dtype, target.mesh)
     capture, greedy = tuple(drafter.feature_layers), temperature == 0.0
-    seqs = [_Sequence(p_ids, drafter.start(p_ids, max_len)) for p_ids in ids]
+    seqs = [_Sequence(p_ids) for p_ids in ids]
+    state = drafter.start(ids, max_len)
     cache, chunks = prefill(target, cache, [i[:-1] for i in ids], capture)
     for feats, n_valid in chunks:
-        for row, (seq, n) in enumerate(zip(seqs, n_valid, strict=True)):
-            if n:
-                seq.state = drafter.extend(seq.state, _features_of(feats, row), n)
+        state = drafter.extend(state, feats, np.asarray(n_valid, np.int32))
     jax.block_until_ready(cache)
     t_decode = time.perf_counter()
     prefill_ms = (t_decode - t_start) * 1e3
 
     key = jax.random.PRNGKey(seed)
     temp, nucleus = np.float32(max(temperature, 1e-6)), np.float32(top_p)
+    feats, n_new = None, None  # the last verify's features and each sequence's newly committed rows
     while any(s.stop is None for s in seqs):
+        t0 = time.perf_counter()
+        running = np.array([s.stop is None for s in seqs])
+        if n_new is not None:
+            state = drafter.extend(state, feats, n_new)
+        proposal, state = drafter.propose(state, [s.tokens for s in seqs])
         block = np.array([[s.tokens[-1]] * (k_block + 1) for s in seqs], np.int32)
+        block[:, 1:1 + drafter.k] = proposal.ids
         starts = np.array([len(s.tokens) - 1 for s in seqs], np.int32)
-        n_drafted, proposals, draft_ms = np.zeros(batch, np.int32), {}, {}
-        for row, seq in enumerate(seqs):
-            if seq.stop is not None:
-                continue
-            t0 = time.perf_counter()
-            if seq.pending is not None:
-                seq.state = drafter.extend(seq.state, *seq.pending)
-            proposals[row], seq.state = drafter.propose(seq.state, seq.tokens)
-            jax.block_until_ready(proposals[row].ids)
-            n_drafted[row] = int(proposals[row].n)
-            block[row, 1:1 + n_drafted[row]] = np.asarray(proposals[row].ids)[:n_drafted[row]]
-            draft_ms[row] = (time.perf_counter() - t0) * 1e3
+        n_drafted = np.where(running, proposal.n, 0).astype(np.int32)
         t1 = time.perf_counter()
         key, sub = jax.random.split(key)
         result, feats, cache = verify_block(target.params, cache, block, starts, n_drafted, sub, temp, nucleus,
                                             cfg=target.cfg, capture=capture, greedy=greedy)
         n_acc, bonus, p, top_ids, top_p_vals = (np.asarray(x) for x in fetch(result))
         t2 = time.perf_counter()
-        traces = []
-        for row, proposal in proposals.items():
+        traces, n_new = [], np.zeros(batch, np.int32)
+        for row in np.flatnonzero(running):
             seq, n = seqs[row], int(n_drafted[row])
             accepted, drafted = int(n_acc[row]), [int(t) for t in block[row, 1:1 + n]]
             emitted = (drafted[:accepted] + [int(bonus[row])])[:max_new_tokens - len(seq.out)]
@@ -181,17 +175,17 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                 emitted, seq.stop = emitted[:hit[0] + 1], "eos"
             seq.tokens += emitted
             seq.out += emitted
-            seq.pending = (_features_of(feats, row), accepted + 1)
+            n_new[row] = len(emitted)  # block rows p..p+len-1 are now committed: the anchor and accepted drafts
             rows = top_ids[row, :n + 1].tolist()
             step = StepTrace(
                 index=len(seq.steps), position=int(starts[row]), drafted=drafted, accepted=accepted,
                 bonus=int(bonus[row]), p=[float(x) for x in p[row, :n]],
-                q=[float(x) for x in np.asarray(proposal.q)[:n]], top5_ids=rows,
-                top5_p=top_p_vals[row, :n + 1].tolist(), emitted=emitted, draft_ms=draft_ms[row],
+                q=[float(x) for x in proposal.q[row, :n]], top5_ids=rows,
+                top5_p=top_p_vals[row, :n + 1].tolist(), emitted=emitted, draft_ms=(t1 - t0) * 1e3,
                 verify_ms=(t2 - t1) * 1e3, drafted_text=target.token_texts(drafted),
                 bonus_text=target.token_texts([int(bonus[row])])[0], top5_text=[target.token_texts(r) for r in rows])
             seq.steps.append(step)
-            traces.append((row, step))
+            traces.append((int(row), step))
             if seq.stop is None and len(seq.out) >= max_new_tokens:
                 seq.stop = "length"
             if seq.stop is not None:
@@ -324,3 +318,14 @@ def generate_batch(target: Target, prompts: list[str], drafter: Drafter | None =
                    **kw) -> list[GenerationResult]:
     """Generate for a batch of prompts verified together (see decode_batch); one result per prompt."""
     return _drain(decode_batch(target, prompts, drafter, **kw))
+
+
+def warm_up(target: Target, prompts: list[str], drafter: Drafter | None = None, **kw) -> tuple[int, float]:
+    """Compile what decode_batch(target, prompts, drafter, **kw) needs by running its prefill and first two steps
+    (the second extends the drafter), untimed; (XLA compiles, seconds). Time generations after it."""
+    compiles0, t0 = jit_stats.compile_count(), time.perf_counter()
+    steps = decode_batch(target, prompts, drafter, **kw)
+    for _ in islice(steps, 2):
+        pass
+    steps.close()
+    return jit_stats.compile_count() - compiles0, time.perf_counter() - t0

@@ -5,6 +5,8 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
 Multi-host: run the same command in every process with --distributed (HOST:PORT,N,ID, or bare on TPU pods);
 --mesh then spans all processes' devices.
+tok/s is timed warm: each group of prompts first runs its prefill and two steps untimed (XLA compiles), and that
+warm-up's compiles and seconds are reported apart (warmup_compiles, warmup_s).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import jax
 
 from .config import CheckpointError
-from .decode import GenerationError, generate, generate_batch
+from .decode import GenerationError, generate, generate_batch, warm_up
 from .drafters import DrafterError, load_drafter
 from .sharding import MeshError, start_distributed
 from .target import load_target
@@ -35,6 +37,17 @@ def read_prompts(args) -> list[dict]:
                     raise GenerationError(f"{args.prompt_file}:{n}: each line must be an object with a 'prompt' field")
                 rows.append(row)
     return rows
+
+
+def timed_batches(target, prompts: list[str], drafter, batch: int, **kw) -> list[tuple]:
+    """(result, warm-up compiles, warm-up seconds) per prompt: each group of `batch` prompts is warmed up
+    (compiled) untimed before it is generated, so tok/s never includes compilation."""
+    out = []
+    for lo in range(0, len(prompts), batch):
+        group = prompts[lo:lo + batch]
+        compiles, seconds = warm_up(target, group, drafter, **kw)
+        out += [(r, compiles, seconds) for r in generate_batch(target, group, drafter, **kw)]
+    return out
 
 
 def result_json(row: dict, result, lossless: bool | None) -> dict:
@@ -80,19 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         if a.batch < 1:
             raise GenerationError(f"--batch must be at least 1, got {a.batch}")
         rows = read_prompts(a)
-        results = [r for lo in range(0, len(rows), a.batch)
-                   for r in generate_batch(target, [row["prompt"] for row in rows[lo:lo + a.batch]], drafter, **kw)]
-        for row, result in zip(rows, results, strict=True):
+        results = timed_batches(target, [row["prompt"] for row in rows], drafter, a.batch, **kw)
+        for row, (result, warm_compiles, warm_s) in zip(rows, results, strict=True):
             lossless = None
             if baseline is not None:  # each sequence against plain greedy decoding of its prompt alone
                 lossless = generate(target, row["prompt"], drafter=baseline, **kw).token_ids == result.token_ids
             if a.json:
-                print(json.dumps(result_json(row, result, lossless)), flush=True)
+                out = result_json(row, result, lossless) | {"warmup_compiles": warm_compiles, "warmup_s": warm_s}
+                print(json.dumps(out), flush=True)
             else:
                 s = result.stats
                 acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.3f}"
                 print(f"{result.text}\n--- {drafter.name} K={drafter.k}: tau {s['tau']:.2f}, acceptance {acc}, "
-                      f"{s['tok_per_s']:.1f} tok/s, {s['n_generated']} tokens in {s['wall_s']:.2f} s"
+                      f"{s['tok_per_s']:.1f} tok/s, {s['n_generated']} tokens in {s['wall_s']:.2f} s "
+                      f"(warm-up before timing: {warm_compiles} XLA compiles, {warm_s:.1f} s)"
                       + ("" if lossless is None else f", lossless {lossless}"), flush=True)
     except (GenerationError, CheckpointError, DrafterError, MeshError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -55,20 +56,26 @@ def draft_ms(target: Target, drafter, context: int, max_len: int, repeats: int =
     """Best wall time of one propose() after a context of `context` tokens."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, target.cfg.vocab_size, context + 1).astype(np.int32)
-    state = drafter.start(tokens, max_len)
+    box = {"state": drafter.start([tokens], max_len)}
     if drafter.feature_layers:
         feats = jnp.zeros((len(drafter.feature_layers), 1, context, target.cfg.hidden_size), jnp.float32)
-        state = drafter.extend(state, feats, context)
-    token_list = tokens.tolist()
-    return _best_ms(lambda: jax.block_until_ready(drafter.propose(state, token_list)[0].ids), repeats)
+        box["state"] = drafter.extend(box["state"], feats, np.array([context], np.int32))
+    token_list = [tokens.tolist()]
+
+    def propose():
+        _, box["state"] = drafter.propose(box["state"], token_list)  # proposals come back on the host
+    return _best_ms(propose, repeats)
 
 
 def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str | None = None,
-                  repeats: int = 5) -> list[dict]:
-    """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies."""
+                  repeats: int = 5, on_k: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies. on_k(i, K) is called
+    before the i-th K is compiled and timed (progress)."""
     max_len = cache_len_for(context, 0, max(ks) + 1)
     rows = []
-    for k in ks:
+    for i, k in enumerate(ks):
+        if on_k is not None:
+            on_k(i, k)
         row = {"k": k, "verify_ms": verify_ms(target, k, context, max_len, repeats), "draft_ms": None}
         if drafter_name and drafter_name != "ar":
             row["draft_ms"] = draft_ms(target, load_drafter(drafter_name, target, k=k), context, max_len, repeats)

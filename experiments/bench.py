@@ -7,8 +7,10 @@
 Every (drafter, K) first generates once from the first prompt untimed (XLA compiles, allocations). Then, for
 each prompt in turn, `ar` runs first and every (drafter, K) after it, so slow drift of a shared machine hits
 all contenders alike. A run that still compiled (a new cache-size bucket) is run again and only the second,
-compile-free run counts. Every counted run is stored in the history (source='bench', suite, prompt_id,
-category, lossless, comparison_group = "bench-<session>/<suite>/<prompt id>").
+compile-free run counts: no timing below includes XLA compilation, which is reported apart as compile_s (the
+seconds of XLA compilation the contender has caused so far: its warm-up and any repeated run). Every counted
+run is stored in the history (source='bench', suite, prompt_id, category, lossless, comparison_group =
+"bench-<session>/<suite>/<prompt id>").
 
 Per (suite, drafter, K) over the same n prompts:
 - tau: mean over prompts of the run's tau (tokens emitted per verify step), as the drafter_comparison view;
@@ -16,6 +18,8 @@ Per (suite, drafter, K) over the same n prompts:
 - tok_per_s: pooled generated tokens / pooled decode seconds (prefill excluded);
 - speedup: sum of ar decode seconds / sum of this drafter's decode seconds over the same prompts (with
   lossless greedy decoding both generate the same tokens, so it is the ratio of per-token latencies);
+- draft_ms / verify_ms: mean milliseconds per decode step of drafting (one drafter call for the whole batch) and
+  of verification (one target pass for the whole batch);
 - lossless: greedy only (temperature 0): the token ids equal ar's on every prompt (None when sampling).
 `ar` is always run (added first when missing) and has K 0. --peers adds transformers' PyTorch baselines
 (experiments/peers.py) into the same interleaved loop; see its docstring for their timing.
@@ -52,6 +56,7 @@ from engine import (
     load_drafter,
 )
 from engine import load_target as _load_target
+from engine.jit_stats import compile_seconds
 from storage import DEFAULT_PATH, HistoryError, open_history
 
 from .suites import SuiteError, load_suite, suite_label
@@ -95,14 +100,17 @@ def groups_of(prompts: list[dict], batch: int) -> list[dict]:
 
 class EngineContender:
     """Our engine with one drafter over a group of `batch` prompts verified together; runs that compiled are
-    repeated so compiles never count."""
+    repeated so compiles never count (their seconds add up in compile_s)."""
 
     def __init__(self, target: Target, drafter, batch: int = 1, **generate_kw) -> None:
         self.target, self.drafter, self.batch, self.kw = target, drafter, batch, generate_kw
-        self.name, self.k = drafter.name, drafter.k
+        self.name, self.k, self.compile_s = drafter.name, drafter.k, 0.0
 
     def _generate(self, row: dict) -> list[GenerationResult]:
-        return generate_batch(self.target, [r["prompt"] for r in prompt_rows(row)], self.drafter, **self.kw)
+        before = compile_seconds()
+        results = generate_batch(self.target, [r["prompt"] for r in prompt_rows(row)], self.drafter, **self.kw)
+        self.compile_s += compile_seconds() - before
+        return results
 
     def warm_up(self, row: dict) -> None:
         self._generate(row)
@@ -142,6 +150,16 @@ def ms_per_token(outcomes: list[Outcome]) -> float | None:
     return 1e3 * sum(o.decode_s for o in outcomes) / tokens if tokens else None
 
 
+def step_ms(outcomes: list[Outcome]) -> dict:
+    """Mean draft_ms and verify_ms per decode step (None for outcomes without step traces, e.g. peers). A batch's
+    longest-running sequence took part in every step, and each step's trace carries that step's shared times."""
+    steps = [s for o in outcomes if o.results for s in max(o.results, key=lambda r: len(r.steps)).steps]
+    if not steps:
+        return {"draft_ms": None, "verify_ms": None}
+    return {"draft_ms": statistics.fmean(s.draft_ms for s in steps),
+            "verify_ms": statistics.fmean(s.verify_ms for s in steps)}
+
+
 def summarize(suite: str, c: Contender, outcomes: list[Outcome], ref: list[Outcome], greedy: bool) -> dict:
     """The row of one (suite, contender) against the reference outcomes of the same prompts (see module doc)."""
     results = [r for o in outcomes for r in o.results]
@@ -157,6 +175,7 @@ def summarize(suite: str, c: Contender, outcomes: list[Outcome], ref: list[Outco
         "speedup": _ratio(sum(o.decode_s for o in ref), sum(o.decode_s for o in outcomes)),
         "lossless": all(same) if greedy else None, "n_lossless": sum(same) if greedy else None,
         "n_generated": sum(len(o.token_ids) for o in outcomes),
+        **step_ms(outcomes), "compile_s": getattr(c, "compile_s", None),
     }
 
 
@@ -182,10 +201,11 @@ def suite_table(rows: list[dict]) -> str:
         label = r["drafter"] + (f" ({Path(r['checkpoint']).name})" if r.get("checkpoint") else "")
         body.append([label, r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
                      _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
-                     _fmt(r.get("x_ar1"), ".2f") + "x", check,
+                     _fmt(r.get("x_ar1"), ".2f") + "x", _fmt(r.get("draft_ms"), ".1f"),
+                     _fmt(r.get("verify_ms"), ".1f"), check, _fmt(r.get("compile_s"), ".1f"),
                      _fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
-    return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "lossless",
-                       "ours x"], body)
+    return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "draft ms",
+                       "verify ms", "lossless", "compile s", "ours x"], body)
 
 
 def load_contenders(target: Target, names: list[str], ks: list[int], batches: tuple[int, ...] = (1,),
@@ -372,8 +392,10 @@ def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Ta
         return
     mode = "greedy" if a.temperature == 0 else f"temperature {a.temperature:g}"
     head = (f"\n{label}: {rows[0]['n']} prompts, max {a.max_new_tokens} new tokens, {mode}, {target.name} "
-            f"{target.dtype}; speedup = sum ar decode s / sum decode s (peers: ar ms/token / peer ms/token); "
-            "ours x = peer ms/token / ours (ar for hf-generate, ngram at K for hf-prompt-lookup)")
+            f"{target.dtype}; speedup = sum ar decode s / sum decode s at the same batch (peers: ar ms/token / peer "
+            "ms/token); draft/verify ms per decode step (one call for the whole batch each); compile s = XLA "
+            "compilation, never timed in tok/s; ours x = peer ms/token / ours (ar for hf-generate, ngram at K for "
+            "hf-prompt-lookup)")
     tail = "".join(f"\n{p}" for p in problems)
     bar.write(f"{head}\n{suite_table(rows)}{tail}", file=sys.stdout)
     sys.stdout.flush()

@@ -25,6 +25,7 @@ import json
 import math
 import platform
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -62,10 +63,14 @@ class Sequences:
 
     def subset(self, rows: np.ndarray) -> Sequences:
         seqs = [self.tokens[self.offsets[r]:self.offsets[r + 1]] for r in rows]
-        offsets = np.concatenate([[0], np.cumsum([len(x) for x in seqs])]).astype(np.int64)
         feats = [self.features[r] for r in rows] if self.features is not None else None
-        return Sequences(np.concatenate(seqs) if seqs else self.tokens[:0], offsets, self.prompt_lens[rows], feats,
-                         self.feature_layers)
+        return Sequences(np.concatenate(seqs) if seqs else self.tokens[:0], offsets_of([len(x) for x in seqs]),
+                         self.prompt_lens[rows], feats, self.feature_layers)
+
+
+def offsets_of(lengths) -> np.ndarray:
+    """Offsets [N+1] int64 of sequences of these lengths stored back to back."""
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def load_sequences(dirs: list[str], with_features: bool = True) -> Sequences:
@@ -98,7 +103,7 @@ def concat_sequences(parts: list[Sequences]) -> Sequences:
     parts = [p for p in parts if len(p)]
     lengths = np.concatenate([np.diff(p.offsets) for p in parts])
     with_feats = all(p.features is not None and p.feature_layers == parts[0].feature_layers for p in parts)
-    return Sequences(np.concatenate([p.tokens for p in parts]), np.concatenate([[0], np.cumsum(lengths)]),
+    return Sequences(np.concatenate([p.tokens for p in parts]), offsets_of(lengths),
                      np.concatenate([p.prompt_lens for p in parts]),
                      [f for p in parts for f in p.features] if with_feats else None,
                      parts[0].feature_layers if with_feats else ())
@@ -156,6 +161,24 @@ def sample_anchors(rng: np.random.Generator, lengths: np.ndarray, prompt_lens: n
         pick = np.sort(rng.choice(pool, min(n, len(pool)), replace=False)) if len(pool) else pool
         anchors[j, :len(pick)], valid[j, :len(pick)] = pick, True
     return anchors, valid
+
+
+def anchored_batches(data: Sequences, args, columns: np.ndarray | None) -> Iterator[dict[str, np.ndarray]]:
+    """Every sequence of `data` once, in batches of args.batch (the last padded with invalid rows, so one shape
+    compiles), with args.anchors fixed anchors per sequence: the evaluation batches of tau_est."""
+    for lo in range(0, len(data), args.batch):
+        n = min(args.batch, len(data) - lo)
+        batch = batch_of(data, np.arange(lo, lo + args.batch).clip(max=lo + n - 1), args.seq_len, columns)
+        batch["anchors"], batch["anchor_valid"] = sample_anchors(np.random.default_rng([args.seed, 99, lo]),
+                                                                 batch["lengths"], batch["prompt_lens"], args.anchors)
+        batch["anchor_valid"][n:] = False
+        yield batch
+
+
+def valid_runs(runs_fn, params, batches: Iterable[dict[str, np.ndarray]]) -> np.ndarray:
+    """Accepted-run lengths at every valid anchor of `batches` (runs_fn(params, batch) -> [B, A])."""
+    runs = [np.asarray(runs_fn(params, b))[b["anchor_valid"]] for b in batches]
+    return np.concatenate(runs) if runs else np.zeros(0, np.int32)
 
 
 # ---------------------------------------------------------------- losses and the offline acceptance metric
@@ -287,19 +310,10 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
         return optax.apply_updates(params, updates), opt_state, loss, acc
 
     runs_jit = jax.jit(runs_fn)
-    val_batches = []
-    for lo in range(0, len(val), args.batch):
-        rows = np.arange(lo, min(lo + args.batch, len(val)))
-        rows = np.concatenate([rows, np.full(args.batch - len(rows), rows[-1])])
-        batch = batch_of(val, rows, args.seq_len, columns)
-        batch["anchors"], batch["anchor_valid"] = sample_anchors(np.random.default_rng([args.seed, 99, lo]),
-                                                                 batch["lengths"], batch["prompt_lens"], args.anchors)
-        batch["anchor_valid"][len(np.arange(lo, min(lo + args.batch, len(val)))):] = False
-        val_batches.append(batch)
+    val_batches = list(anchored_batches(val, args, columns))
 
     def evaluate(params) -> list[float]:
-        runs = [np.asarray(runs_jit(params, b))[b["anchor_valid"]] for b in val_batches]
-        return tau_from_runs(np.concatenate(runs) if runs else np.zeros(0), max_k)
+        return tau_from_runs(valid_runs(runs_jit, params, val_batches), max_k)
 
     t0, wall0, deadline = time.time(), meta["wall_s"], time.time() + 60 * args.max_minutes
     since_best = 0 if meta["best"] is None else sum(1 for e in meta["log"] if "tau_est" in e
@@ -447,16 +461,13 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
         t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
         embed = params.get("embed", target.params["embed"])
         runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, t2d, f, b, max_k))
-    out = []
-    for lo in range(0, len(data), args.batch):
-        rows = np.arange(lo, min(lo + args.batch, len(data)))
-        b = batch_of(data, rows, args.seq_len, columns)
-        b["anchors"], b["anchor_valid"] = sample_anchors(np.random.default_rng([args.seed, lo]), b["lengths"],
-                                                         b["prompt_lens"], args.anchors)
-        feats = b.pop("feats").astype(np.float32) if "feats" in b else target_features(
+
+    def runs_of(p, b):
+        feats = b["feats"].astype(jnp.float32) if "feats" in b else target_features(
             target.params, b["tokens"], cfg=target.cfg, capture=drafter.feature_layers)
-        out.append(np.asarray(runs(params, feats, b))[b["anchor_valid"]])
-    return tau_from_runs(np.concatenate(out), max_k)
+        return runs(p, feats, b)
+
+    return tau_from_runs(valid_runs(runs_of, params, anchored_batches(data, args, columns)), max_k)
 
 
 def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:

@@ -298,9 +298,10 @@ class History:
 
     # -- annotations and labels ---------------------------------------------------------------------
 
-    def add_annotation(self, run_id: str, step_idx: int, draft_pos: int, label: str, note: str = "") -> int:
-        """Annotate drafted token `draft_pos` (0-based) of step `step_idx`; return the annotation_id."""
-        with self._transaction("add the annotation") as con:
+    def save_annotation(self, run_id: str, step_idx: int, draft_pos: int, label: str, note: str = "") -> int:
+        """Annotate drafted token `draft_pos` (0-based) of step `step_idx`, replacing the label and note of the
+        token's annotation when it has one (one per token); return the annotation_id."""
+        with self._transaction("save the annotation") as con:
             found = _first(con, "SELECT len(drafted) FROM steps WHERE run_id = ? AND idx = ?", [run_id, step_idx])
             if found is None:
                 raise HistoryError(f"no step {step_idx} in run {run_id!r}")
@@ -310,7 +311,8 @@ class History:
             now = _utcnow()
             return _first(
                 con, "INSERT INTO annotations (run_id, step_idx, draft_pos, label, note, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING annotation_id",
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, step_idx, draft_pos) DO UPDATE SET label = "
+                "excluded.label, note = excluded.note, updated_at = excluded.updated_at RETURNING annotation_id",
                 [run_id, step_idx, draft_pos, label, note or "", now, now])[0]
 
     def update_annotation(self, annotation_id: int, label: str | None = None, note: str | None = None) -> None:

@@ -127,6 +127,27 @@ CREATE TABLE annotations (
 ALTER TABLE runs ADD COLUMN batch INTEGER DEFAULT 1;   -- sequences verified together in that generation
 ALTER TABLE runs ADD COLUMN mesh VARCHAR DEFAULT '1x1'; -- device mesh data x model
 
+-- migration 4: one annotation per drafted token; of duplicates the last edited one is kept
+ALTER TABLE annotations RENAME TO annotations_v3;
+
+CREATE TABLE annotations (
+    annotation_id BIGINT PRIMARY KEY DEFAULT nextval('annotation_id_seq'),
+    run_id        VARCHAR NOT NULL,
+    step_idx      INTEGER NOT NULL,           -- steps.idx
+    draft_pos     INTEGER NOT NULL,           -- 0-based index into steps.drafted
+    label         VARCHAR NOT NULL,
+    note          VARCHAR NOT NULL DEFAULT '',
+    created_at    TIMESTAMP NOT NULL,
+    updated_at    TIMESTAMP NOT NULL,
+    UNIQUE (run_id, step_idx, draft_pos)
+);
+
+INSERT INTO annotations
+SELECT * FROM annotations_v3
+QUALIFY row_number() OVER (PARTITION BY run_id, step_idx, draft_pos ORDER BY updated_at DESC, annotation_id DESC) = 1;
+
+DROP TABLE annotations_v3;
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS
@@ -160,15 +181,15 @@ FROM per_pos
 GROUP BY target, drafter, suite, k, temperature, i;
 
 -- Finished runs ('done') compared per target, suite, drafter, k, temperature and batch size.
--- tau, tok_per_s: means over runs (in a batch, tok_per_s is one sequence's rate); acceptance_rate: pooled
--- sum(accepted) / sum(drafted).
+-- tau: mean over runs; tok_per_s: mean over the runs timed without XLA compilation (in a batch, one sequence's
+-- rate); acceptance_rate: pooled sum(accepted) / sum(drafted).
 CREATE OR REPLACE VIEW drafter_comparison AS
 SELECT target, dtype, suite, drafter, k, temperature, batch,
        count(*) AS n_runs,
        avg(tau) AS tau,
        stddev_samp(tau) AS tau_std,
        sum(accepted) / nullif(sum(drafted), 0) AS acceptance_rate,
-       avg(tok_per_s) AS tok_per_s,
+       avg(tok_per_s) FILTER (WHERE coalesce(compiles, 0) = 0) AS tok_per_s,
        sum(n_generated) AS n_generated
 FROM runs
 WHERE status = 'done'

@@ -18,6 +18,7 @@ from engine.drafters import load_drafter
 from engine.model import forward
 from engine.sharding import describe
 from engine.target import load_target, shard_target
+from tests.prompts import LOSSLESS_PROMPTS
 
 PROMPTS = ["What is 12 plus 7? Explain step by step.", "Write a Python function that reverses a string."]
 DRAFTERS = {"ar": None, "ngram": 4, "dflash": 4, "eagle3": 4}
@@ -57,13 +58,20 @@ def main() -> None:
                                                   target.cfg.num_kv_heads),
                                "logits_diff": float(np.max(np.abs(logits_of(target, ids) - ref_logits))),
                                "runs": runs}
-    target = shard_target(single, "2x4")
-    for name in ("ngram", "dflash"):
+    # a batch of 8 ragged prompts over the data axis, drafted in one call per step: each as plain greedy alone
+    target, batch = shard_target(single, "2x4"), LOSSLESS_PROMPTS[:8]
+    alone = [generate(single, p, max_new_tokens=MAX_NEW).token_ids for p in batch]
+    for name in ("ngram", "dflash", "eagle3"):
         drafter = load_drafter(name, target, k=4)
-        results = generate_batch(target, PROMPTS, drafter, max_new_tokens=MAX_NEW)
-        alone = [generate(single, p, load_drafter(name, single, k=4), max_new_tokens=MAX_NEW) for p in PROMPTS]
-        out["batch"][name] = {"same_tokens": [r.token_ids == a.token_ids for r, a in zip(results, alone, strict=True)],
-                              "n_tokens": [len(r.token_ids) for r in results]}
+        results = generate_batch(target, batch, drafter, max_new_tokens=MAX_NEW)
+        out["batch"][name] = {"same_tokens": [r.token_ids == a for r, a in zip(results, alone, strict=True)],
+                              "n_tokens": [len(r.token_ids) for r in results],
+                              "accepted": sum(r.stats["accepted"] for r in results)}
+        if drafter.feature_layers:  # the drafter cache's batch axis, before and after an extend
+            state = drafter.start([np.arange(3)] * 8, 256)
+            feats = np.zeros((len(drafter.feature_layers), 8, 5, single.cfg.hidden_size), np.float32)
+            grown = drafter.extend(state, feats, np.full(8, 2, np.int32))
+            out["batch"][name]["cache_batch_axis"] = [jax.tree.leaves(s.k)[0].sharding.spec[0] for s in (state, grown)]
     json.dump(out, sys.stdout)
 
 

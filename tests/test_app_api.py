@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from html import escape
 
 import duckdb
 import pytest
 from gradio_client import Client
+from gradio_client.exceptions import AppError
 
+from app import queries
 from storage import open_history
 
 pytestmark = pytest.mark.slow
@@ -27,7 +31,7 @@ def history(app_server):
 
 def test_generate_streams_escapes_and_stores(client, history):
     job = client.submit(PROMPT, "ngram", 4, 0.0, 16, True, api_name="/generate")
-    view, stats, status, run_id = job.result(timeout=120)
+    view, stats, status, run_id, text = job.result(timeout=120)
     assert len(job.outputs()) > 2  # the ar baseline and the run stream step by step
     assert "stored as run" in status and run_id
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp;" in view and "<script>" not in view
@@ -36,6 +40,8 @@ def test_generate_streams_escapes_and_stores(client, history):
     assert run["settings"]["drafter"] == "ngram" and run["settings"]["k"] == 4 and run["status"] == "done"
     assert run["source"] == "app" and run["prompt"] == PROMPT and run["steps"]
     assert run["lossless"] is True  # greedy ngram output equals the ar baseline run
+    assert 'class="ds-plain-text"' in text and escape(run["text"]) in text  # the plain output, escaped
+    assert any("prefilling" in out[2] and "prompt tokens" in out[2] for out in job.outputs())
     assert [r["drafter"] for r in history.list_runs()[:2]] == ["ngram", "ar"]
 
 
@@ -48,7 +54,7 @@ def test_generate_streams_escapes_and_stores(client, history):
     (("word " * 9000, "ngram", 4, 0.0, 16, False), "context"),
 ])
 def test_bad_input_is_a_message(client, args, expected):
-    view, stats, status, run_id = client.predict(*args, api_name="/generate")
+    view, stats, status, run_id, text = client.predict(*args, api_name="/generate")
     assert "error" in status and expected in status.replace("&#x27;", "'") and run_id == ""
 
 
@@ -59,7 +65,7 @@ def test_stop_stores_a_cancelled_run(client, history):
     while not job.outputs() and time.monotonic() < deadline:
         time.sleep(0.05)
     client.predict(api_name="/stop")
-    status, run_id = job.result(timeout=120)[2:]
+    status, run_id = job.result(timeout=120)[2:4]
     assert "stopped" in status and run_id
     run = history.get_run(run_id)
     assert run["status"] == "cancelled" and run["stats"]["stop_reason"] == "cancelled"
@@ -78,14 +84,87 @@ def test_compare_stores_one_group(client, history):
     assert "pick 2 to 4" in client.predict("hi", ["ngram"], 3, 0.0, 8, api_name="/compare")[0]
 
 
+def api_defaults(client) -> dict[str, dict]:
+    """{endpoint: {parameter: the value its component starts with}}."""
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    return {e: {p["parameter_name"]: p["parameter_default"] for p in info["parameters"]} for e, info in api.items()}
+
+
+def shown_speedup(stats: str) -> str:
+    """The speedup a stats table shows, e.g. '1.23×'."""
+    return re.search(r"speedup vs ar</td><td>([0-9.]+×)", stats).group(1)
+
+
+def test_k_that_ran_is_shown_and_stored_and_bad_k_is_refused(client, history):
+    before = len(history.list_runs())
+    for k, expected in [(0, "K=0: ngram drafts 1 or more tokens per step (its default here is K=8)"),
+                        (2.5, "K must be a whole number"), (-1, "K must be a whole number")]:
+        status, run_id = client.predict("Name a colour.", "ngram", k, 0.0, 8, False, api_name="/generate")[2:4]
+        assert "error" in status and expected in status and run_id == ""
+    assert len(history.list_runs()) == before  # nothing ran, not even the ar baseline
+    status, run_id = client.predict("Name a colour.", "ngram", 3, 0.0, 8, False, api_name="/generate")[2:4]
+    assert "ngram K=3: done" in status and history.get_run(run_id)["settings"]["k"] == 3
+    status, run_id = client.predict("Name a colour.", "ar", 0, 0.0, 8, False, api_name="/generate")[2:4]
+    assert "ar: done" in status and history.get_run(run_id)["settings"]["k"] == 0  # ar ignores K
+
+
+def test_speedup_is_against_warm_ar_on_the_same_prompt_and_settings(client, history):
+    prompt = "Write the days of the week, separated by commas."
+    def ar_runs():
+        return history.query("SELECT run_id, max_new_tokens FROM runs WHERE drafter = 'ar' AND prompt = ? "
+                             "ORDER BY max_new_tokens", [prompt])
+
+    assert not ar_runs()  # no ar run on this prompt: the first drafter run brings its own
+    stats, status, run_id = client.predict(prompt, "ngram", 5, 0.0, 20, False, api_name="/generate")[1:4]
+    run = history.get_run(run_id)
+    (ar,) = [history.get_run(r["run_id"]) for r in ar_runs()]
+    assert "ar on this prompt and settings, just run" in stats
+    assert shown_speedup(stats) == f"{run['stats']['tok_per_s'] / ar['stats']['tok_per_s']:.2f}×"
+    for r in (run, ar):  # both timed warm: compilation happened in the untimed warm-up and is reported apart
+        assert r["stats"]["compiles"] == 0 and r["stats"]["warmup_s"] > 0
+        assert {k: r["settings"][k] for k in ("max_new_tokens", "temperature", "top_p", "seed", "batch")} == \
+            {"max_new_tokens": 20, "temperature": 0.0, "top_p": 1.0, "seed": 0, "batch": 1}
+    assert run["stats"]["warmup_compiles"] > 0 and "XLA compiles before timing" in stats  # K=5 was new here
+    assert run["comparison_group"] == ar["comparison_group"] is not None and run["lossless"] is True
+    # Again at another K: the stored ar run is the reference; a different length needs its own ar run.
+    stats = client.predict(prompt, "ngram", 4, 0.0, 20, False, api_name="/generate")[1]
+    assert f"stored ar run …{ar['run_id'][-8:]}, same prompt and settings" in stats
+    client.predict(prompt, "ngram", 4, 0.0, 12, False, api_name="/generate")
+    assert [r["max_new_tokens"] for r in ar_runs()] == [12, 20]
+
+
+def test_compare_starts_from_the_generate_defaults_and_brings_its_ar(client, history):
+    defaults = api_defaults(client)
+    generate, compare = defaults["/generate"], defaults["/compare"]
+    assert compare["max_new_tokens"] == generate["max_new_tokens"] == 128 and compare["k"] == ""
+    drafter, k = generate["drafter"], generate["k"]  # the preselected drafter at its default K
+    others = [d for d in ("ngram", "eagle3") if d != drafter][:1]
+    prompt = "Name two rivers."
+    out = client.predict(prompt, [drafter, *others], "", 0.0, 8, api_name="/compare")
+    assert "2 runs" in out[0] and f"{drafter} K={k}" in out[1]
+    group = history.list_runs(limit=1)[0]["comparison_group"]
+    runs = history.query("SELECT drafter, k FROM runs WHERE comparison_group = ? ORDER BY created_at", [group])
+    assert [r["drafter"] for r in runs] == ["ar", drafter, *others]  # ar ran first: none was stored for this prompt
+    assert runs[1]["k"] == k and "ar on this prompt and settings, just run" in out[1]
+    assert "pick 2 to 4" in client.predict("hi", ["ngram"], "", 0.0, 8, api_name="/compare")[0]
+    assert "K must be a whole number" in client.predict("hi", ["ngram", "ar"], "2.5", 0.0, 8, api_name="/compare")[0]
+
+
 def test_kflat_sweep_is_stored_and_plotted(client, history):
-    status, sweeps, _, latency, _ = client.predict("1,2", 32, 1, "ngram", [], None, api_name="/kflat_sweep")
-    assert "stored" in status
+    assert api_defaults(client)["/kflat_sweep"]["drafter"] != "(none: verify only)"  # draft time by default
+    status, sweeps, _, latency, speed = client.predict("1,2", 32, 1, "ngram", [], "ngram", api_name="/kflat_sweep")
+    assert "stored" in status and "draft" in status
     rows = history.list_kflat()
     assert [r["k"] for r in rows] == [1, 2] and rows[0]["hardware"].startswith("cpu")
-    assert rows[0]["context"] == 32 and rows[0]["draft_ms"] is not None
+    assert rows[0]["context"] == 32 and rows[0]["draft_ms"] is not None and rows[0]["drafter"] == "ngram"
     plot = json.loads(latency["plot"])
     assert plot["layout"]["xaxis"]["type"] == "log" and plot["data"][0]["x"] == [1, 2]
+    # The predicted speedup uses the measured draft time: tau(K) / ((draft(K) + verify(K)) / verify(1)).
+    survival, _ = queries.survival(history, history.list_runs(limit=1)[0]["target"], "ngram")
+    curve = json.loads(speed["plot"])["data"][0]
+    assert "with ngram's draft time" in curve["name"]
+    expected = [(1 + sum(survival[:r["k"]])) / ((r["verify_ms"] + r["draft_ms"]) / rows[0]["verify_ms"]) for r in rows]
+    assert curve["y"] == pytest.approx(expected)
     bad = client.predict("1,x", 32, 1, "ngram", [], None, api_name="/kflat_sweep")
     assert "error" in bad[0]
 
@@ -95,10 +174,12 @@ def test_annotate_and_export(client, history, app_server):
     client.predict(run_id, api_name="/annotate_open")
     step = next(s for s in history.get_run(run_id)["steps"] if s["accepted"] < len(s["drafted"]))
     pick = f"{step['index']}:{step['accepted']}"
+    client.predict(run_id, pick, "number", "first thought", False, api_name="/annotate")
     status = client.predict(run_id, pick, "other", "<b>note</b>", False, api_name="/annotate")[0]
     assert "stored" in status
-    (ann,) = history.list_annotations(run_id=run_id)
-    assert (ann["step_idx"], ann["draft_pos"], ann["note"]) == (step["index"], step["accepted"], "<b>note</b>")
+    (ann,) = history.list_annotations(run_id=run_id)  # saving the same token again updated its one annotation
+    assert (ann["step_idx"], ann["draft_pos"], ann["label"], ann["note"]) == (step["index"], step["accepted"], "other",
+                                                                              "<b>note</b>")
     message, files = client.predict("api-export", "(all)", "(all)", api_name="/export_annotations")
     folder = app_server[1].parent / "exports" / "api-export"
     assert str(folder) in message and len(files) == 3
@@ -107,6 +188,28 @@ def test_annotate_and_export(client, history, app_server):
     assert duckdb.sql(f"SELECT count(*) FROM '{folder / 'annotations.parquet'}'").fetchall() == [(1,)]
     outside = client.predict("../../escape", "(all)", "(all)", api_name="/export_annotations")[0]
     assert "must be inside" in outside
+
+
+def test_api_parameters_are_named_as_the_ui_names_them(client):
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    names = {endpoint: [p["parameter_name"] for p in info["parameters"]] for endpoint, info in api.items()}
+    assert names["/generate"] == ["prompt", "drafter", "k", "temperature", "max_new_tokens", "run_ar_again"]
+    assert names["/compare"] == ["prompt", "drafters", "k", "temperature", "max_new_tokens"]
+    assert names["/annotate"] == ["run_id", "rejected_token", "label", "note", "only_this_run"]
+    assert names["/annotation_update"] == ["annotation_id", "label", "note", "run_id", "only_this_run"]
+    assert names["/export_annotations"] == ["folder", "label", "drafter"]
+    assert names["/compare_runs"] == ["run_ids"] and names["/load_drafter"] == ["checkpoint_dir"]
+    short = {(e, n) for e, ns in names.items() for n in ns if len(n) < 4 and n != "k"}
+    assert not short, f"parameter names that say nothing: {short}"
+
+
+def test_out_of_range_temperature_is_a_message_and_one_log_line(client, app_server):
+    log = app_server[1].parent / "app.log"
+    before = len(log.read_text())
+    with pytest.raises(AppError, match="greater than maximum value 2"):
+        client.predict("hi", "ngram", 4, 5.0, 8, False, api_name="/generate")
+    logged = log.read_text()[before:]
+    assert logged.count("refused temperature") == 1 and "Traceback" not in logged, logged
 
 
 def test_drafter_dir_outside_model_roots_is_refused(client):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from html import escape
 
 import plotly.graph_objects as go
 import pytest
 
 from app import plots
-from app.render import LiveView, block_view, run_html, stats_html, step_html
+from app.render import PROMPT_FOLD, PROMPT_HEAD, PROMPT_TAIL, LiveView, block_view, run_html, stats_html, step_html
 
 # Step 0: drafted 3, accepted 1 -> 'Hello' accepted, '<script>' and 'a&b' rejected, bonus ' world'.
 STEP0 = {
@@ -103,17 +104,37 @@ def test_stats_and_run_html():
            "stats": stats, "steps": [STEP0], "prompt": "<i>hi</i>", "lossless": True}
     html = run_html(run)
     assert "lossless vs ar: True" in html and "&lt;i&gt;hi&lt;/i&gt;" in html and "tok rej" in html
+    assert '<div class="ds-plain-text"></div>' in html  # no text stored: an empty plain output, not "None"
+    html = run_html(dict(run, text="Hello world <b>&\nBye"))
+    (plain,) = re.findall(r'<div class="ds-plain-text">(.*?)</div>', html, re.S)
+    assert plain == "Hello world &lt;b&gt;&amp;\nBye"  # the output as text beside the block view, escaped
+
+
+def test_long_prompts_fold_around_an_expandable_middle():
+    short = "<b>" + "x" * (PROMPT_FOLD - 3)
+    assert "<details>" not in block_view([], prompt=short) and f"&lt;b&gt;{'x' * 100}" in block_view([], prompt=short)
+    prompt = "<i>head</i>" + "m" * 20_000 + "</tail>"
+    html = block_view([STEP0], prompt=prompt)
+    head, rest = html.split("<details>")
+    middle, tail = rest.split("</details>")
+    summary = re.search(r"<summary>(.*?)</summary>", middle).group(1)
+    hidden = re.sub(r"<summary>.*?</summary>", "", middle)
+    assert head.endswith(escape(prompt[:PROMPT_HEAD])) and tail.startswith(escape(prompt[-PROMPT_TAIL:]))
+    assert hidden == escape(prompt[PROMPT_HEAD:-PROMPT_TAIL])  # nothing is lost: the middle expands in place
+    assert f"{len(prompt) - PROMPT_HEAD - PROMPT_TAIL:,} more characters" in summary and "20,018 in all" in summary
+    assert "&lt;i&gt;head" in head and "&lt;/tail&gt;" in tail and 'class="tok rej"' in tail
 
 
 SWEEP = [{"k": 1, "verify_ms": 20.0, "draft_ms": 1.0}, {"k": 2, "verify_ms": 22.0, "draft_ms": 1.0},
          {"k": 4, "verify_ms": 30.0, "draft_ms": 2.0}, {"k": 8, "verify_ms": 60.0, "draft_ms": 2.0}]
+SWEEP = [dict(r, drafter="ngram") for r in SWEEP]  # a sweep that timed ngram's draft step
 
 
 def test_kflat_figure_log_x_with_draft_traces():
-    fig = plots.kflat_figure({"cpu": SWEEP, "gpu": [dict(r, draft_ms=None) for r in SWEEP]})
+    fig = plots.kflat_figure({"cpu": SWEEP, "gpu": [dict(r, draft_ms=None, drafter=None) for r in SWEEP]})
     assert isinstance(fig, go.Figure) and fig.layout.xaxis.type == "log"
     names = [t.name for t in fig.data]
-    assert names == ["verify · cpu", "draft · cpu", "verify · gpu"]
+    assert names == ["verify · cpu", "draft (ngram) · cpu", "verify · gpu"]
     assert list(fig.data[0].x) == [1, 2, 4, 8] and list(fig.data[0].y) == [20.0, 22.0, 30.0, 60.0]
 
 
@@ -123,23 +144,61 @@ def test_predicted_speedup_and_best_k():
     assert [p["k"] for p in pred] == [1, 2, 4]  # K=8 is beyond the measured block length
     assert pred[0]["tau"] == pytest.approx(1.8) and pred[0]["cost"] == pytest.approx(21 / 20)
     assert pred[2]["speedup"] == pytest.approx(3.0 / (32 / 20))
-    fig = plots.speedup_figure({"cpu": SWEEP}, survival, "ngram")
+    fig = plots.speedup_figure({"cpu": SWEEP}, survival, "ngram", "ngram")
     curve, best = fig.data
     assert list(curve.x) == [1, 2, 4]
     assert best.marker.symbol == "star" and list(best.x) == [max(pred, key=lambda p: p["speedup"])["k"]]
 
 
+def test_predicted_speedup_uses_the_measured_draft_time_or_says_it_does_not():
+    survival = [0.8, 0.6, 0.4, 0.2]
+    taus = [1.8, 2.4, 3.0]  # 1 + survival summed to K = 1, 2, 4
+    fig = plots.speedup_figure({"cpu": SWEEP}, survival, "ngram, 40 steps", "ngram")
+    assert plots.SPEEDUP_MODEL in fig.layout.title.text  # the model is spelled out on the plot
+    curve = fig.data[0]
+    assert "with ngram's draft time" in curve.name and curve.line.dash == "solid"
+    costs = [(r["verify_ms"] + r["draft_ms"]) / 20.0 for r in SWEEP[:3]]  # (verify(K) + draft(K)) / verify(1)
+    assert list(curve.y) == pytest.approx([t / c for t, c in zip(taus, costs, strict=True)])
+    assert [d[1] for d in curve.customdata] == [1.0, 1.0, 2.0]  # the draft ms shown on hover
+    # The acceptance is dflash's but the sweep timed ngram: ngram's draft time must not stand in for dflash's.
+    fig = plots.speedup_figure({"cpu": SWEEP}, survival, "dflash, 40 steps", "dflash")
+    curve, best = fig.data[0], fig.data[1]
+    assert "verify only: drafting cost left out" in curve.name and curve.line.dash == "dot"
+    assert list(curve.y) == pytest.approx([t / (r["verify_ms"] / 20.0) for t, r in zip(taus, SWEEP, strict=False)])
+    assert best.text[0].endswith("(no draft cost)")
+    assert plots.predict_speedup(SWEEP, survival, with_draft=False)[2]["cost"] == pytest.approx(30 / 20)
+
+
 def test_acceptance_figures():
     pos = [{"drafter": "ngram", "suite": None, "k": 4, "temperature": 0.0, "i": i, "survival": s,
-            "conditional_acceptance": c, "n_steps": 10} for i, s, c in [(1, 0.5, 0.5), (2, 0.25, 0.5)]]
+            "conditional_acceptance": c, "n_steps": 10, "n_reached": 10} for i, s, c in [(1, 0.5, 0.5), (2, 0.25, 0.5)]]
     fig = plots.position_figure(pos, "survival", "Survival")
     assert len(fig.data) == 1 and list(fig.data[0].y) == [0.5, 0.25] and "ngram" in fig.data[0].name
     lengths = [{"drafter": "ngram", "suite": "gsm8k", "k": 4, "temperature": 0.0, "accepted": a, "n_steps": n}
                for a, n in [(0, 6), (1, 2), (4, 2)]]
-    hist = plots.length_histogram(lengths)
-    assert hist.data[0].type == "bar" and list(hist.data[0].y) == [0.6, 0.2, 0.2]
+    ar = {"drafter": "ar", "suite": "gsm8k", "k": 0, "temperature": 0.0, "accepted": 0, "n_steps": 9}
+    hist = plots.length_histogram([ar, *lengths])
+    assert len(hist.data) == 1 and hist.data[0].type == "bar" and list(hist.data[0].y) == [0.6, 0.2, 0.2]  # no ar
     calib = plots.calibration_figure([{"drafter": "dflash", "bin": 9, "q_mean": 0.95, "acceptance": 0.7, "n": 40},
                                       {"drafter": "dflash", "bin": 2, "q_mean": 0.25, "acceptance": 0.2, "n": 10}])
     assert [t.name for t in calib.data] == ["perfectly calibrated", "dflash"]
     assert list(calib.data[1].x) == [0.25, 0.95]
     assert plots.position_figure([], "survival", "S").layout.annotations[0].text.startswith("no stored steps")
+
+
+def test_points_show_their_sample_count_and_few_samples_are_greyed():
+    # Conditional acceptance at i=3 comes from one step that reached it: 1.0 from a single sample.
+    pos = [{"drafter": "dflash", "suite": "gsm8k", "k": 4, "temperature": 0.0, "i": i, "survival": s,
+            "conditional_acceptance": c, "n_steps": 200, "n_reached": n}
+           for i, s, c, n in [(1, 0.4, 0.4, 200), (2, 0.1, 0.25, 80), (3, 0.005, 1.0, 1), (4, 0.0, None, 0)]]
+    fig = plots.position_figure(pos, "conditional_acceptance", "Conditional")
+    curve, few = fig.data
+    assert list(curve.x) == [1, 2] and list(curve.customdata) == [200, 80]  # n = steps that reached position i
+    assert curve.marker.size[0] > curve.marker.size[1]  # the marker grows with the sample count
+    assert "n=%{customdata}" in curve.hovertemplate
+    assert list(few.x) == [3] and list(few.y) == [1.0] and few.mode == "markers" and not few.showlegend
+    assert few.marker.line.color == plots.GREY and f"under {plots.MIN_SAMPLES}" in few.hovertemplate
+    survival = plots.position_figure(pos, "survival", "Survival").data
+    assert len(survival) == 1 and list(survival[0].customdata) == [200] * 4  # survival counts every drafting step
+    legend = fig.layout.legend
+    assert legend.orientation == "h" and legend.yanchor == "top" and legend.y < 0  # under the plot, wrapping

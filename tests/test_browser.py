@@ -13,6 +13,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from app.tabs.common import DEFAULT_MAX_NEW
+from engine import generate, load_drafter
+from storage import open_history
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -68,16 +72,34 @@ def shot(page, path: Path) -> None:
     page.screenshot(path=path, full_page=True)
 
 
+# True when every text of element `c` ends inside the box of the element selected by `s` (nothing cut off).
+TEXT_IN_VIEW = """(c, s) => {
+  const right = document.querySelector(s).getBoundingClientRect().right;
+  const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const r = document.createRange();
+    r.selectNodeContents(n);
+    if (r.getBoundingClientRect().right > right) return false;
+  }
+  return true;
+}"""
+
+
 def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def test_generate_shows_accepted_rejected_and_bonus(page, shots):
+def test_generate_shows_accepted_rejected_and_bonus(page, shots, target):
     page.fill("#gen-prompt textarea", PROMPT)
     page.fill("#gen-max input", "48")
     BEST["drafter"] = page.input_value("#gen-drafter input")
     assert BEST["drafter"] in ("dflash", "eagle3", "ngram")  # the best drafter that loads, preselected
+    k = int(page.input_value("#gen-k input"))
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
+    # the plain output reads exactly as the engine's text for the same prompt and settings
+    expected = generate(target, PROMPT, load_drafter(BEST["drafter"], target, k=k), max_new_tokens=48).text
+    BEST["text"] = page.locator("#gen-text .ds-plain-text").text_content()
+    assert BEST["text"] == expected and expected.strip()
     view = page.locator("#gen-view .ds-blocks")
     assert view.locator(".tok.acc").count() > 0 and view.locator(".tok.rej").count() > 0
     assert view.locator(".tok.bonus").count() > 0 and view.locator(".ds-step").count() > 1
@@ -99,21 +121,40 @@ def test_markup_in_prompt_stays_text(page, shots):
 
 
 def test_compare(page, shots):
-    open_tab(page, "Compare")
-    page.fill("#cmp-prompt textarea", PROMPT)
+    open_tab(page, "Generate")
+    page.fill("#gen-prompt textarea", PROMPT)
+    k = page.input_value("#gen-k input")  # the preselected drafter's default K
+    open_tab(page, "Compare")  # starts from Generate's prompt and defaults
+    page.wait_for_function("p => document.querySelector('#cmp-prompt textarea')?.value === p", arg=PROMPT)
+    assert page.input_value("#cmp-max input") == str(DEFAULT_MAX_NEW)
+    assert page.input_value("#cmp-k textarea, #cmp-k input") == ""  # empty: each drafter's default K
+    assert page.get_by_label(BEST["drafter"], exact=True).is_checked()
+    page.fill("#cmp-max input", "48")
     click_and_wait(page, "#cmp-run", "#cmp-status", "2 runs")
-    assert "ar" in page.inner_text("#cmp-head-0") and BEST["drafter"] in page.inner_text("#cmp-head-1")
+    assert "ar" in page.inner_text("#cmp-head-0") and f"{BEST['drafter']} K={k}" in page.inner_text("#cmp-head-1")
     assert page.locator("#cmp-view-1 .ds-blocks .tok.rej").count() > 0
+    ar_text, drafter_text = (page.locator(f"#cmp-text-{i} .ds-plain-text").text_content() for i in (0, 1))
+    assert ar_text.strip() and drafter_text == ar_text  # greedy: the drafter's output reads as ar's
     shot(page, shots / "3-compare.png")
 
 
-def test_kflat_plot(page, shots):
+def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots):
     open_tab(page, "K-Flat")
+    page.wait_for_function("() => document.querySelector('#kf-drafter input')?.value === "
+                           "document.querySelector('#kf-acc input')?.value")  # times the acceptance drafter
+    drafter = page.input_value("#kf-drafter input")
+    assert drafter == BEST["drafter"]
     page.fill("#kf-ks textarea, #kf-ks input", "1,2,4")
-    click_and_wait(page, "#kf-run", "#kf-status", "stored")
+    page.click("#kf-run")
+    page.wait_for_function("() => document.body.innerText.includes('K=2: compiling, then timing')")  # per K
+    wait_text(page, "#kf-status", "stored")
     page.wait_for_selector("#kf-plot .js-plotly-plot .scatterlayer .trace")
-    page.wait_for_selector("#kf-speedup .js-plotly-plot")
-    shot(page, shots / "4-kflat.png")
+    page.wait_for_selector("#kf-speedup .js-plotly-plot .scatterlayer .trace")
+    shot(page, shots / "4-kflat.png")  # waits until every event (the plots' redraw too) has finished
+    page.wait_for_timeout(1500)
+    status = page.inner_text("#kf-status")
+    assert "stored" in status and "draft" in status  # the sweep's result is still there after the redraw
+    assert f"with {drafter}'s draft time" in page.inner_text("#kf-speedup")  # the legend of the prediction
 
 
 def test_acceptance_plots(page, shots):
@@ -130,21 +171,51 @@ def test_history_replays_the_run(page, shots):
     row.locator("[role=gridcell]").nth(1).click()
     page.wait_for_selector("#hist-view .ds-blocks .tok.rej")
     assert "12 plus 7" in page.inner_text("#hist-view .ds-prompt")
+    assert page.locator("#hist-view .ds-plain-text").text_content() == BEST["text"]
+    headers = [h.strip() for h in page.locator("#hist-table thead th").all_inner_texts()]
+    assert {"T", "annotations", "run_id"} <= set(headers) and "notes" not in headers
+    run_id = row.locator("[role=gridcell]").nth(headers.index("run_id"))
+    assert len(run_id.inner_text().strip()) == 36 and run_id.evaluate(TEXT_IN_VIEW, "#hist-table")  # no scrolling
     shot(page, shots / "6-history.png")
 
 
-def test_annotate_and_export(page, shots):
-    open_tab(page, "Annotate")
-    page.wait_for_selector("#ann-view .tok.rej.pick")
-    token = page.locator("#ann-view .tok.rej.pick").first
-    step, pos = token.get_attribute("data-step"), token.get_attribute("data-pos")
-    token.click()
+def wait_picked(page, step: str, pos: str) -> None:
+    """Wait until the token dropdown shows (step, pos) and the view outlines that token, and only it."""
     page.wait_for_function("t => document.querySelector('#ann-token input')?.value.startsWith(t)",
                            arg=f"step {step} · pos {pos} ·")
+    page.wait_for_function("p => { const t = [...document.querySelectorAll('#ann-view .picked')]; "
+                           "return t.length === 1 && t[0].dataset.pick === p; }", arg=f"{step}:{pos}")
+
+
+def test_annotate_and_export(page, shots, app_server):
+    open_tab(page, "Annotate")
+    page.wait_for_selector("#ann-view .tok.rej.pick")
+    tokens = page.locator("#ann-view .tok.rej.pick")
+    assert tokens.count() >= 2
+    first = tokens.first.get_attribute("data-step"), tokens.first.get_attribute("data-pos")
+    wait_picked(page, *first)  # the dropdown's default is outlined
+    token = tokens.last  # not the default: its pick must reach the server and come back as the dropdown's value
+    step, pos = token.get_attribute("data-step"), token.get_attribute("data-pos")
+    assert (step, pos) != first
+    with page.expect_request(lambda r: "/queue/join" in r.url):
+        token.click()
+    wait_picked(page, step, pos)
+    page.fill("#ann-note textarea", "first thought")
+    click_and_wait(page, "#ann-save", "#ann-status", "stored")
+    wait_text(page, "#ann-table", "first thought")
+
+    page.click("#ann-token input")  # choosing from the list outlines the choice in the view
+    page.get_by_role("option").first.click()
+    wait_picked(page, *first)
+    token.click()  # the same token again: saving updates its one annotation
+    wait_picked(page, step, pos)
     page.fill("#ann-note textarea", "drafter guessed the wrong number")
     click_and_wait(page, "#ann-save", "#ann-status", "stored")
-    page.wait_for_selector("#ann-view .tok.ann")
+    page.wait_for_selector(f"#ann-view .tok.ann[data-pick='{step}:{pos}']")
     wait_text(page, "#ann-table", "drafter guessed the wrong number")
+    (stored,) = open_history(app_server[1]).list_annotations()
+    assert (stored["step_idx"], stored["draft_pos"], stored["note"]) == (int(step), int(pos),
+                                                                         "drafter guessed the wrong number")
     shot(page, shots / "7-annotate.png")
 
     page.fill("#ann-folder textarea, #ann-folder input", "browser-export")

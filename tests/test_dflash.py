@@ -75,6 +75,7 @@ def scramble(params: dict, seed: int) -> dict:
 
 def target_features(target: Target, ids, capture) -> jax.Array:
     """Target features [F, 1, T, H] of ids from position 0 (run padded to 64 tokens: one compile)."""
+    assert len(ids) <= 64
     padded = np.zeros((1, 64), np.int32)
     padded[0, :len(ids)] = ids
     _, feats, _ = forward(target.params, init_cache(target.cfg, 1, 64), jnp.asarray(padded),
@@ -83,14 +84,26 @@ def target_features(target: Target, ids, capture) -> jax.Array:
 
 
 def prefill(drafter, ids, chunk: int = 8, max_len: int = 256, seed: int = 0):
-    """Drafter state after the engine's prefill of ids[:-1], in padded chunks whose extra rows are noise."""
-    feats = target_features(TARGET, ids[:-1], drafter.feature_layers)
+    """Drafter state (a batch of one) after the engine's prefill of ids[:-1], in padded chunks whose extra rows
+    are noise."""
+    return prefill_batch(drafter, [ids], chunk, max_len, seed)
+
+
+def prefill_batch(drafter, batch: list[list[int]], chunk: int = 8, max_len: int = 256, seed: int = 0):
+    """Drafter state after the engine's prefill of each sequence's ids[:-1] at once, in chunks at the same offsets:
+    rows past a sequence's end (and past the last chunk's real rows) are noise, with n_new 0 once it has ended."""
     rng = np.random.default_rng(seed)
-    state = drafter.start(np.asarray(ids), max_len)
-    for lo in range(0, len(ids) - 1, chunk):
-        rows = feats[:, :, lo:lo + chunk]
-        noise = rng.normal(size=(*rows.shape[:2], chunk - rows.shape[2], rows.shape[3])).astype(np.float32)
-        state = drafter.extend(state, jnp.concatenate([rows, noise], axis=2), rows.shape[2])
+    longest = max(len(ids) for ids in batch) - 1
+    feats = []
+    for ids in batch:  # [F, 1, longest padded to chunks, H]: real rows, then noise
+        real = target_features(TARGET, ids[:-1], drafter.feature_layers)
+        pad = -(-longest // chunk) * chunk - real.shape[2]
+        feats.append(jnp.concatenate([real, rng.normal(size=(*real.shape[:2], pad, real.shape[3]))], axis=2))
+    feats = jnp.concatenate(feats, axis=1).astype(jnp.float32)
+    state = drafter.start([np.asarray(ids) for ids in batch], max_len)
+    for lo in range(0, longest, chunk):
+        n_new = np.array([min(chunk, max(0, len(ids) - 1 - lo)) for ids in batch], np.int32)
+        state = drafter.extend(state, feats[:, :, lo:lo + chunk], n_new)
     return state
 
 
@@ -143,15 +156,15 @@ def test_default_target_layer_ids_follow_the_reference_formula():
 
 
 def test_block_is_anchor_then_masks_at_positions_p_onwards(drafter):
-    ids, positions = block_tokens(drafter.cfg, jnp.int32(7), jnp.int32(11))
-    assert ids.tolist() == [7] + [MASK] * (BLOCK - 1)
-    assert positions.tolist() == list(range(11, 11 + BLOCK))
+    ids, positions = block_tokens(drafter.cfg, jnp.asarray([7, 3], jnp.int32), jnp.asarray([11, 2], jnp.int32))
+    assert ids.tolist() == [[7] + [MASK] * (BLOCK - 1), [3] + [MASK] * (BLOCK - 1)]
+    assert positions.tolist() == [list(range(11, 11 + BLOCK)), list(range(2, 2 + BLOCK))]
 
 
 def test_context_keys_are_rotated_at_absolute_positions(drafter):
     ids = random_ids(22, seed=2)
     state = prefill(drafter, ids, chunk=8)  # 21 context rows in chunks 8, 8, 5 (+3 noise rows)
-    assert state.length == 21
+    assert state.lengths.tolist() == [21]
     p, body = drafter.params, drafter.cfg.body
     feats = np.asarray(concat_features(target_features(TARGET, ids[:-1], drafter.feature_layers)))[0]
 
@@ -174,9 +187,9 @@ def test_context_keys_are_rotated_at_absolute_positions(drafter):
 def test_context_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
     ids = random_ids(30, seed=3)
     state = prefill(drafter, ids)
-    proposal, after = drafter.propose(state, ids)
-    assert after is state and proposal.n == K and proposal.ids.shape == (K,)
-    assert_growth_matches_scratch(drafter, ids, state, [int(t) for t in proposal.ids], MASK, copy_state, prefill)
+    proposal, after = drafter.propose(state, [ids])
+    assert after is state and proposal.n.tolist() == [K] and proposal.ids.shape == (1, K)
+    assert_growth_matches_scratch(drafter, ids, state, [int(t) for t in proposal.ids[0]], MASK, copy_state, prefill)
 
 
 def assert_growth_matches_scratch(drafter, ids, state, drafts, vocab, copy_state, prefill) -> None:
@@ -187,27 +200,61 @@ def assert_growth_matches_scratch(drafter, ids, state, drafts, vocab, copy_state
     for accepted in range(k + 1):
         bonus = (drafts[accepted] + 1) % vocab if accepted < k else 5
         committed = ids + drafts[:accepted] + [bonus]
-        grown = drafter.extend(copy_state(state), block_feats, accepted + 1)
-        assert grown.length == p + accepted + 1 == len(committed) - 1
-        got, _ = drafter.propose(grown, committed)
-        want, _ = drafter.propose(prefill(drafter, committed, chunk=16), committed)
+        grown = drafter.extend(copy_state(state), block_feats, [accepted + 1])
+        assert grown.lengths.tolist() == [p + accepted + 1] == [len(committed) - 1]
+        got, _ = drafter.propose(grown, [committed])
+        want, _ = drafter.propose(prefill(drafter, committed, chunk=16), [committed])
         assert got.ids.tolist() == want.ids.tolist(), accepted
         np.testing.assert_allclose(got.q, want.q, atol=1e-5)
 
 
+def assert_batch_drafts_like_each_alone(drafter, vocab: int, seed: int) -> None:
+    """A batch of ragged contexts drafted in one call drafts what each sequence drafts alone, before and after a
+    verify step that commits a different number of rows per sequence (none for one that has finished)."""
+    batch = [random_ids(n, seed + i) for i, n in enumerate([29, 9, 17, 2])]
+    state = prefill_batch(drafter, batch)
+    assert state.lengths.tolist() == [len(ids) - 1 for ids in batch]
+    got, state = drafter.propose(state, batch)
+    assert got.ids.shape == got.q.shape == (len(batch), drafter.k)
+    for row, ids in enumerate(batch):
+        assert_drafts_alone(drafter, ids, got, row)
+    # one verify step: sequence b commits n rows of its block [anchor, drafts] (n-1 drafts accepted, then a bonus)
+    n_new, drafts = [drafter.k + 1, 1, 3, 0], got.ids.tolist()
+    feats = jnp.concatenate([target_features(TARGET, ids + d, drafter.feature_layers)[:, :, len(ids) - 1:]
+                             for ids, d in zip(batch, drafts, strict=True)], axis=1)
+    committed = [ids + d[:n - 1] + [((d + [0])[n - 1] + 1) % vocab] if n else ids
+                 for ids, d, n in zip(batch, drafts, n_new, strict=True)]
+    grown = drafter.extend(state, feats, np.array(n_new))
+    assert grown.lengths.tolist() == [len(ids) - 1 for ids in committed]
+    got, _ = drafter.propose(grown, committed)
+    for row, ids in enumerate(committed):
+        assert_drafts_alone(drafter, ids, got, row)
+
+
+def assert_drafts_alone(drafter, ids: list[int], batched, row: int) -> None:
+    """Row `row` of a batched proposal equals the proposal for `ids` prefilled and drafted alone."""
+    alone, _ = drafter.propose(prefill(drafter, ids), [ids])
+    assert batched.ids[row].tolist() == alone.ids[0].tolist() and batched.n[row] == alone.n[0], row
+    np.testing.assert_allclose(batched.q[row], alone.q[0], atol=1e-5)
+
+
+def test_a_batch_drafts_in_one_call_what_each_sequence_drafts_alone(drafter):
+    assert_batch_drafts_like_each_alone(drafter, MASK, seed=20)
+
+
 def test_propose_refuses_a_context_out_of_step_with_the_tokens(drafter):
     ids = random_ids(12, seed=4)
-    with pytest.raises(DrafterError, match="anchor sits at position"):
-        drafter.propose(prefill(drafter, ids), ids + [3])
+    with pytest.raises(DrafterError, match="anchors sit at positions"):
+        drafter.propose(prefill(drafter, ids), [ids + [3]])
 
 
 def test_with_k_shares_params_and_drafts_a_prefix(drafter):
     ids = random_ids(15, seed=5)
     full = drafter.with_k(BLOCK - 1)
     assert full.params is drafter.params and drafter.k == K
-    long, _ = full.propose(prefill(full, ids), ids)
-    short, _ = drafter.propose(prefill(drafter, ids), ids)
-    assert long.ids[:K].tolist() == short.ids.tolist()  # the whole block runs whatever K is
+    long, _ = full.propose(prefill(full, ids), [ids])
+    short, _ = drafter.propose(prefill(drafter, ids), [ids])
+    assert long.ids[:, :K].tolist() == short.ids.tolist()  # the whole block runs whatever K is
     with pytest.raises(DrafterError, match="K for drafter"):
         drafter.with_k(BLOCK)
 
@@ -224,8 +271,8 @@ def test_checkpoint_round_trip(tmp_path, drafter):
     assert isinstance(loaded, DFlashDrafter) and loaded.cfg == drafter.cfg
     assert loaded.checkpoint == str(tmp_path / "f32") and loaded.feature_layers == (1, 3, 6)
     ids = random_ids(20, seed=6)
-    a, _ = drafter.propose(prefill(drafter, ids), ids)
-    b, _ = loaded.propose(prefill(loaded, ids), ids)
+    a, _ = drafter.propose(prefill(drafter, ids), [ids])
+    b, _ = loaded.propose(prefill(loaded, ids), [ids])
     assert a.ids.tolist() == b.ids.tolist()
     np.testing.assert_array_equal(a.q, b.q)
 
@@ -354,10 +401,10 @@ def test_forward_matches_independent_numpy_reference(tmp_path, drafter):
     ctx = np.asarray(concat_features(target_features(TARGET, ids[:-1], loaded.feature_layers)))[0]
     want = numpy_dflash_logits(tmp_path, np.asarray(TARGET.params["embed"]), ctx, ids[-1], p)
     state = prefill(loaded, ids)
-    drafts, _, logits = draft(loaded.params, loaded.head, state.k, state.v, np.int32(ids[-1]), np.int32(p),
+    drafts, _, logits = draft(loaded.params, loaded.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]),
                               cfg=loaded.cfg, k=BLOCK - 1)
-    np.testing.assert_allclose(np.asarray(logits), want, atol=2e-4, rtol=2e-4)
-    assert drafts.tolist() == want.argmax(-1).tolist()
+    np.testing.assert_allclose(np.asarray(logits[0]), want, atol=2e-4, rtol=2e-4)
+    assert drafts[0].tolist() == want.argmax(-1).tolist()
 
 
 # ---------------------------------------------------------------- training forward
@@ -376,9 +423,9 @@ def test_train_logits_equal_inference_logits(drafter):
     assert logits.shape == (1, 4, BLOCK - 1, VOCAB)
     for i, a in enumerate(anchors[0].tolist()):
         state = prefill(drafter, tokens[:a + 1])
-        _, _, want = draft(drafter.params, drafter.head, state.k, state.v, np.int32(tokens[a]), np.int32(a),
+        _, _, want = draft(drafter.params, drafter.head, state.k, state.v, np.int32([tokens[a]]), np.int32([a]),
                            cfg=drafter.cfg, k=BLOCK - 1)
-        np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(want), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(logits[0, i]), np.asarray(want[0]), atol=1e-4, rtol=1e-4)
     labels, valid = dflash_labels(jnp.asarray([tokens]), anchors, BLOCK)
     assert labels[0, 0].tolist() == tokens[5:10] and bool(valid[0, :3].all())
     assert valid[0, 3].tolist() == [True, True, True, False, False]  # 26 + 4 is past the end
@@ -393,11 +440,12 @@ def ar_reference(target: Target) -> list[engine.GenerationResult]:
 
 
 class OracleMix:
-    """Runs the real drafter every step, then overwrites its first m drafts (m cycling 0..K) with the
-    target's known continuation, so that the engine accepts m+ drafts and extends by m+1 rows."""
+    """Runs the real drafter every step, then overwrites each sequence's first m drafts (m cycling 0..K) with the
+    target's known continuation (references: per sequence, prompt + greedy output), so that the engine accepts
+    m+ drafts and extends by m+1 rows."""
 
-    def __init__(self, inner, reference: list[int]):
-        self.inner, self.reference, self.calls = inner, reference, 0
+    def __init__(self, inner, references: list[list[int]]):
+        self.inner, self.references, self.calls = inner, references, 0
         self.name, self.k, self.feature_layers, self.checkpoint = inner.name, inner.k, inner.feature_layers, None
 
     def start(self, prompt_ids, max_len):
@@ -409,9 +457,10 @@ class OracleMix:
     def propose(self, state, tokens):
         proposal, state = self.inner.propose(state, tokens)
         m, self.calls = self.calls % (self.k + 1), self.calls + 1
-        known = self.reference[len(tokens):len(tokens) + m]
         ids = np.array(proposal.ids)
-        ids[:len(known)] = known
+        for row, (seq, reference) in enumerate(zip(tokens, self.references, strict=True)):
+            known = reference[len(seq):len(seq) + m]
+            ids[row, :len(known)] = known
         return replace(proposal, ids=ids), state
 
 
@@ -425,7 +474,7 @@ def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedd
         got = engine.generate(smol, prompt, drafter=drafter, max_new_tokens=24)
         assert got.token_ids == want.token_ids, prompt
         if i < 3:
-            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, want.prompt_ids + want.token_ids),
+            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, [want.prompt_ids + want.token_ids]),
                                     max_new_tokens=24)
             assert mixed.token_ids == want.token_ids and mixed.stats["accepted"] > 0, prompt
     again = engine.generate(smol, LOSSLESS_PROMPTS[0], drafter=drafter, max_new_tokens=24)

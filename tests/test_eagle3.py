@@ -21,7 +21,9 @@ from test_dflash import (
     VOCAB,
     OracleMix,
     ar_reference,
+    assert_batch_drafts_like_each_alone,
     assert_growth_matches_scratch,
+    prefill,
     random_ids,
     scramble,
     target_features,
@@ -44,18 +46,6 @@ from tests.prompts import LOSSLESS_PROMPTS
 
 K = 3
 DRAFT_VOCAB = 64
-
-
-def prefill(drafter: Eagle3Drafter, ids, chunk: int = 8, max_len: int = 256, seed: int = 0):
-    """Drafter state after the engine's prefill of ids[:-1], in padded chunks whose extra rows are noise."""
-    feats = target_features(TARGET, ids[:-1], drafter.feature_layers)
-    rng = np.random.default_rng(seed)
-    state = drafter.start(np.asarray(ids), max_len)
-    for lo in range(0, len(ids) - 1, chunk):
-        rows = feats[:, :, lo:lo + chunk]
-        noise = rng.normal(size=(*rows.shape[:2], chunk - rows.shape[2], rows.shape[3])).astype(np.float32)
-        state = drafter.extend(state, jnp.concatenate([rows, noise], axis=2), rows.shape[2])
-    return state
 
 
 def copy_state(state):
@@ -103,27 +93,33 @@ def test_draft_vocab_maps():
 def test_cache_grows_by_accepted_plus_one_and_matches_from_scratch(drafter):
     ids = random_ids(30, seed=3)
     p = len(ids) - 1
-    proposal, after = drafter.propose(prefill(drafter, ids), ids)
-    assert proposal.n == K and after.length == p and after.done == p
-    assert_growth_matches_scratch(drafter, ids, after, [int(t) for t in proposal.ids], VOCAB, copy_state, prefill)
+    proposal, after = drafter.propose(prefill(drafter, ids), [ids])
+    assert proposal.n.tolist() == [K] and after.lengths.tolist() == [p] and after.done.tolist() == [p]
+    assert_growth_matches_scratch(drafter, ids, after, [int(t) for t in proposal.ids[0]], VOCAB, copy_state, prefill)
+
+
+def test_a_batch_drafts_in_one_call_what_each_sequence_drafts_alone(drafter):
+    assert_batch_drafts_like_each_alone(drafter, VOCAB, seed=30)
 
 
 def test_one_token_prompt_drafts_nothing_then_catches_up(drafter):
-    state = drafter.start(np.asarray([7]), 64)
-    proposal, state = drafter.propose(state, [7])
-    assert proposal.n == 0
+    state = drafter.start([np.asarray([7]), np.asarray([9, 4, 5])], 64)
+    state = drafter.extend(state, jnp.concatenate([target_features(TARGET, [9, 4], drafter.feature_layers)] * 2, 1),
+                           [0, 2])
+    proposal, state = drafter.propose(state, [[7], [9, 4, 5]])
+    assert proposal.n.tolist() == [0, K]  # position 0 has no target feature to draft from; its neighbour drafts
     block = [7] + [0] * K
-    feats = target_features(TARGET, block, drafter.feature_layers)
-    state = drafter.extend(state, feats, 1)
-    got, _ = drafter.propose(state, [7, 11])
-    want, _ = drafter.propose(prefill(drafter, [7, 11]), [7, 11])
-    assert got.ids.tolist() == want.ids.tolist()
+    feats = jnp.concatenate([target_features(TARGET, block, drafter.feature_layers)] * 2, axis=1)
+    state = drafter.extend(state, feats, [1, 0])
+    got, _ = drafter.propose(state, [[7, 11], [9, 4, 5]])
+    want, _ = drafter.propose(prefill(drafter, [7, 11]), [[7, 11]])
+    assert got.ids[0].tolist() == want.ids[0].tolist()
 
 
 def test_propose_refuses_out_of_step_context_and_bad_k(drafter):
     ids = random_ids(12, seed=4)
-    with pytest.raises(DrafterError, match="anchor sits at position"):
-        drafter.propose(prefill(drafter, ids), ids + [3])
+    with pytest.raises(DrafterError, match="anchors sit at positions"):
+        drafter.propose(prefill(drafter, ids), [ids + [3]])
     with pytest.raises(DrafterError, match="K for drafter"):
         drafter.with_k(0)
 
@@ -132,9 +128,9 @@ def test_with_k_shares_params(drafter):
     ids = random_ids(15, seed=5)
     one, five = drafter.with_k(1), drafter.with_k(5)
     assert one.params is drafter.params and drafter.k == K
-    a, _ = one.propose(prefill(one, ids), ids)
-    b, _ = five.propose(prefill(five, ids), ids)
-    assert a.n == 1 and b.ids[:1].tolist() == a.ids.tolist()  # sequential drafting: K only stops it earlier
+    a, _ = one.propose(prefill(one, ids), [ids])
+    b, _ = five.propose(prefill(five, ids), [ids])
+    assert a.n.tolist() == [1] and b.ids[:, :1].tolist() == a.ids.tolist()  # sequential: K only stops it earlier
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -150,8 +146,8 @@ def test_checkpoint_round_trip(tmp_path, drafter):
     loaded = load_drafter(tmp_path / "f32", TARGET, k=K)  # registry dispatch by architecture
     assert isinstance(loaded, Eagle3Drafter) and loaded.cfg == drafter.cfg
     ids = random_ids(20, seed=6)
-    a, _ = drafter.propose(prefill(drafter, ids), ids)
-    b, _ = loaded.propose(prefill(loaded, ids), ids)
+    a, _ = drafter.propose(prefill(drafter, ids), [ids])
+    b, _ = loaded.propose(prefill(loaded, ids), [ids])
     assert a.ids.tolist() == b.ids.tolist()
     np.testing.assert_array_equal(a.q, b.q)
 
@@ -270,18 +266,18 @@ def test_drafts_match_independent_numpy_reference(tmp_path, drafter):
     state = prefill(loaded, ids)
     window_tokens = np.asarray(ids[len(ids) - K - 1:])[None]  # next tokens of rows p-W..p-1
     got_ids, _, got_logits, _, _ = eagle3.draft(loaded.params, loaded.embed, loaded.d2t, state.k, state.v,
-                                                state.window, window_tokens, np.int32(len(ids) - 2),
+                                                state.window, window_tokens, np.int32([len(ids) - 2]),
                                                 cfg=loaded.cfg, k=K)
-    np.testing.assert_allclose(np.asarray(got_logits), want_logits, atol=2e-4, rtol=2e-4)
-    assert got_ids.tolist() == want_ids
+    np.testing.assert_allclose(np.asarray(got_logits[0]), want_logits, atol=2e-4, rtol=2e-4)
+    assert got_ids[0].tolist() == want_ids
 
 
 # ---------------------------------------------------------------- training forward
 
 def test_ttt_train_logits_equal_inference_logits(drafter):
     ids = random_ids(24, seed=8)
-    proposal, _ = drafter.propose(prefill(drafter, ids), ids)
-    drafts = [int(t) for t in proposal.ids]
+    proposal, _ = drafter.propose(prefill(drafter, ids), [ids])
+    drafts = [int(t) for t in proposal.ids[0]]
     tokens = ids + drafts[:K - 1]  # teacher forcing with the drafter's own tokens = what propose fed itself
     feats = concat_features(target_features(TARGET, tokens, drafter.feature_layers))
 
@@ -295,8 +291,8 @@ def test_ttt_train_logits_equal_inference_logits(drafter):
     start = len(ids) - 2  # row p-1 reads the anchor ids[-1]
     state = prefill(drafter, ids)
     _, _, want, _, _ = eagle3.draft(drafter.params, drafter.embed, drafter.d2t, state.k, state.v, state.window,
-                                    np.asarray(ids[len(ids) - K - 1:])[None], np.int32(start), cfg=drafter.cfg, k=K)
-    np.testing.assert_allclose(np.asarray(logits[0, :, start]), np.asarray(want), atol=1e-4, rtol=1e-4)
+                                    np.asarray(ids[len(ids) - K - 1:])[None], np.int32([start]), cfg=drafter.cfg, k=K)
+    np.testing.assert_allclose(np.asarray(logits[0, :, start]), np.asarray(want[0]), atol=1e-4, rtol=1e-4)
 
 
 # ---------------------------------------------------------------- through the engine (embedded SmolLM2)
@@ -312,7 +308,7 @@ def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedd
         got = engine.generate(smol, prompt, drafter=drafter, max_new_tokens=24)
         assert got.token_ids == want.token_ids, prompt
         if i < 3:
-            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, want.prompt_ids + want.token_ids),
+            mixed = engine.generate(smol, prompt, drafter=OracleMix(drafter, [want.prompt_ids + want.token_ids]),
                                     max_new_tokens=24)
             assert mixed.token_ids == want.token_ids and mixed.stats["accepted"] > 0, prompt
     again = engine.generate(smol, LOSSLESS_PROMPTS[0], drafter=drafter, max_new_tokens=24)

@@ -34,7 +34,7 @@ def make_step(index: int, position: int, drafted: list[int], accepted: int, bonu
 
 
 def make_result(accepted: list[int], k: int = 3, drafter: str = "ngram", drafted_len: list[int] | None = None,
-                **settings) -> dict:
+                compiles: int = 0, **settings) -> dict:
     """A GenerationResult.to_dict() whose steps chain consistently (position, emitted)."""
     steps, position, tokens = [], len(PROMPT_IDS) - 1, []
     for i, a in enumerate(accepted):
@@ -47,7 +47,7 @@ def make_result(accepted: list[int], k: int = 3, drafter: str = "ngram", drafted
     stats = {"tau": len(tokens) / len(steps), "acceptance_rate": sum(accepted) / drafted, "tok_per_s": 50.0,
              "wall_s": 0.5, "prefill_ms": 10.0, "decode_s": 0.49, "n_steps": len(steps), "n_generated": len(tokens),
              "n_prompt": len(PROMPT_IDS), "drafted": drafted, "accepted": sum(accepted), "draft_ms": 4.5,
-             "verify_ms": 6.75, "stop_reason": "length", "compiles": 2}
+             "verify_ms": 6.75, "stop_reason": "length", "compiles": compiles}
     settings = {"target": "tiny-llama", "target_path": "/m/tiny", "dtype": "float32", "drafter": drafter,
                 "drafter_checkpoint": None, "k": k, "temperature": 0.0, "top_p": 1.0, "seed": 7,
                 "max_new_tokens": len(tokens), "backend": "cpu", "device_kind": "cpu",
@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "3"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "4"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "3"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "4"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
@@ -105,6 +105,29 @@ def test_v1_file_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
     [run] = h.list_runs()
     assert run["run_id"] == "r1" and run["n_annotations"] == 0
     assert (run["batch"], run["mesh"]) == (1, "1x1")  # v3: every earlier run was one sequence on one device
+
+
+def test_v3_duplicate_annotations_are_merged_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "v3.duckdb"
+    con = duckdb.connect(str(path))
+    for sql in MIGRATIONS[:3]:
+        con.execute(sql)
+    con.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    con.execute("INSERT INTO runs (run_id, created_at, status) VALUES ('r1', TIMESTAMP '2026-01-01', 'done')")
+    con.executemany("INSERT INTO annotations (run_id, step_idx, draft_pos, label, note, created_at, updated_at) "
+                    "VALUES ('r1', ?, ?, ?, ?, TIMESTAMP '2026-01-01', ?::TIMESTAMP)",
+                    [(2, 1, "number", "first", "2026-01-02"), (2, 1, "other", "edited last", "2026-01-05"),
+                     (2, 1, "number", "second", "2026-01-03"), (3, 0, "number", "alone", "2026-01-01")])
+    con.close()
+
+    h = open_history(path)
+    rows = h.query("SELECT annotation_id, step_idx, draft_pos, label, note FROM annotations ORDER BY step_idx")
+    assert [(r["annotation_id"], r["step_idx"], r["draft_pos"], r["label"], r["note"]) for r in rows] == [
+        (2, 2, 1, "other", "edited last"), (4, 3, 0, "number", "alone")]
+    assert h.list_runs()[0]["n_annotations"] == 2
+    with pytest.raises(duckdb.ConstraintException):  # the table itself refuses a twin
+        raw(path, "INSERT INTO annotations (run_id, step_idx, draft_pos, label, created_at, updated_at) "
+                  "VALUES ('r1', 2, 1, 'other', now()::TIMESTAMP, now()::TIMESTAMP)")
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
@@ -254,8 +277,8 @@ def test_unusable_paths(tmp_path: Path) -> None:
 
 def test_annotations_and_labels(history: History) -> None:
     run_id = history.write_run(make_result([1, 0]), prompt="p")
-    a = history.add_annotation(run_id, 0, 1, "number", "a digit")
-    b = history.add_annotation(run_id, 1, 0, "other")
+    a = history.save_annotation(run_id, 0, 1, "number", "a digit")
+    b = history.save_annotation(run_id, 1, 0, "other")
     assert [r["annotation_id"] for r in history.list_annotations()] == [a, b]
     [row] = history.list_annotations(label="number", drafter="ngram")
     assert (row["drafted_token"], row["drafted_text"], row["position"], row["note"]) == (101, "t101", 5, "a digit")
@@ -268,13 +291,18 @@ def test_annotations_and_labels(history: History) -> None:
     history.delete_annotation(b)
     assert [r["annotation_id"] for r in history.list_annotations()] == [a]
     assert history.list_runs()[0]["n_annotations"] == 1
+    # saving a token again updates its one annotation (same id, new label and note), it never adds a twin
+    assert history.save_annotation(run_id, 0, 1, "other", "re-saved") == a
+    [again] = history.list_annotations(run_id=run_id)
+    assert (again["annotation_id"], again["label"], again["note"]) == (a, "other", "re-saved")
+    assert again["updated_at"] > again["created_at"] and history.list_runs()[0]["n_annotations"] == 1
 
     history.add_label("tokenizer-boundary")
     history.add_label("tokenizer-boundary")
     assert history.list_labels()[-1] == "tokenizer-boundary" and len(history.list_labels()) == 7
-    for call, match in [(lambda: history.add_annotation(run_id, 0, 3, "number"), "outside"),
-                        (lambda: history.add_annotation(run_id, 5, 0, "number"), "no step 5"),
-                        (lambda: history.add_annotation(run_id, 0, 0, "nonsense"), "unknown label"),
+    for call, match in [(lambda: history.save_annotation(run_id, 0, 3, "number"), "outside"),
+                        (lambda: history.save_annotation(run_id, 5, 0, "number"), "no step 5"),
+                        (lambda: history.save_annotation(run_id, 0, 0, "nonsense"), "unknown label"),
                         (lambda: history.update_annotation(999, note="x"), "no annotation 999"),
                         (lambda: history.delete_annotation(b), f"no annotation {b}")]:
         with pytest.raises(HistoryError, match=match):
@@ -332,6 +360,9 @@ def test_views_match_hand_computed_values(history: History) -> None:
     assert [r["status"] for r in summary] == ["done", "done", "cancelled", "done", "done"]
     assert [r["n_steps"] for r in summary] == [3, 3, 1, 2, 2]
     assert [(r["batch"], r["mesh"]) for r in summary][-2:] == [(1, "1x1"), (4, "2x4")]
+    history.write_run(make_result([3, 3], compiles=2), suite="cold")  # timed while compiling: no tok/s
+    cold = history.query("SELECT n_runs, tau, tok_per_s FROM drafter_comparison WHERE suite = 'cold'")
+    assert cold == [{"n_runs": 1, "tau": 4.0, "tok_per_s": None}]
 
 
 # -- export ----------------------------------------------------------------------------------------
@@ -341,10 +372,10 @@ def test_export_annotations(history: History, tmp_path: Path) -> None:
     result = make_result([2, 1, 0])  # k=3; steps emit 3, 2, 1 tokens
     run_id = history.write_run(result, prompt="What is 2+2?")
     history.write_run(make_result([1], drafter="ar"), prompt="unannotated")
-    first = history.add_annotation(run_id, 1, 1, "number", "rejected")  # draft_pos == accepted -> bonus
-    later = history.add_annotation(run_id, 2, 2, "long-range")  # draft_pos > accepted -> top5 row
+    first = history.save_annotation(run_id, 1, 1, "number", "rejected")  # draft_pos == accepted -> bonus
+    later = history.save_annotation(run_id, 2, 2, "long-range")  # draft_pos > accepted -> top5 row
     other = history.write_run(make_result([0], drafter="ar"), prompt="ar prompt")
-    history.add_annotation(other, 0, 0, "number")
+    history.save_annotation(other, 0, 0, "number")
 
     paths = export_annotations(history, tmp_path / "out", drafter="ngram")
     assert set(paths) == {"parquet", "conversations", "rejections"} and all(p.exists() for p in paths.values())

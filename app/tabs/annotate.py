@@ -14,18 +14,23 @@ from ..render import message_html, run_html
 from ..state import AppError, Workbench
 from .common import USER_ERRORS
 
-# Clicking a rejected token writes "step:pos" into the hidden #ann-pick textbox, whose change selects it.
+# Clicking a rejected token fires the view's select event with its "step:pos" (Python sets the token dropdown);
+# the dropdown's value comes back as a 'ds-pick' event and is outlined, again after each re-render of the view.
 PICK_JS = """
+const outline = () => {
+  element.querySelectorAll('.picked').forEach((t) => t.classList.remove('picked'));
+  const pick = element.dataset.pick;
+  const token = pick && element.querySelector(`[data-pick="${pick}"]`);
+  if (token) token.classList.add('picked');
+};
 element.addEventListener('click', (event) => {
   const token = event.target.closest('[data-pick]');
-  const box = document.querySelector('#ann-pick textarea, #ann-pick input');
-  if (!token || !box) return;
-  element.querySelectorAll('.picked').forEach((t) => t.classList.remove('picked'));
-  token.classList.add('picked');
-  box.value = token.dataset.pick;
-  box.dispatchEvent(new Event('input', { bubbles: true }));
+  if (token) trigger('select', { value: token.dataset.pick, index: token.dataset.pick.split(':').map(Number) });
 });
+document.addEventListener('ds-pick', (event) => { element.dataset.pick = event.detail || ''; outline(); });
+watch('value', outline);
 """
+SHOW_PICK_JS = "(pick) => { document.dispatchEvent(new CustomEvent('ds-pick', { detail: pick })); }"
 ANN_COLUMNS = ["id", "run_id", "step", "pos", "token", "label", "note", "drafter", "updated (UTC)"]
 
 
@@ -62,8 +67,8 @@ def show_run(wb: Workbench, run_id: str | None) -> tuple[str, dict]:
 def annotation_rows(wb: Workbench, run_id: str | None, only_run: bool) -> list[list]:
     """Rows of the annotation table: all annotations, or the run's only."""
     rows = wb.history.list_annotations(run_id=run_id if only_run and run_id else None)
-    return [[a["annotation_id"], a["run_id"], a["step_idx"], a["draft_pos"], a["drafted_text"], a["label"], a["note"],
-             a["drafter"], f"{a['updated_at']:%Y-%m-%d %H:%M:%S}"] for a in rows]
+    return [[a["annotation_id"], a["run_id"], a["step_idx"], a["draft_pos"], repr(a["drafted_text"]), a["label"],
+             a["note"], a["drafter"], f"{a['updated_at']:%Y-%m-%d %H:%M:%S}"] for a in rows]
 
 
 def annotation_choices(wb: Workbench) -> list[tuple[str, int]]:
@@ -73,14 +78,14 @@ def annotation_choices(wb: Workbench) -> list[tuple[str, int]]:
 
 
 def add(wb: Workbench, run_id: str | None, pick: str | None, label: str | None, note: str | None) -> str:
-    """Store an annotation of the picked rejected token; return a status message."""
+    """Store the picked rejected token's annotation (replacing its earlier one); return a status message."""
     try:
         if not run_id or not pick:
             raise AppError("choose a run and click a rejected token (or pick one from the list)")
         if not label:
             raise AppError("choose a label (or add a new one)")
         step, pos = (int(x) for x in str(pick).split(":"))
-        annotation_id = wb.history.add_annotation(run_id, step, pos, label, note or "")
+        annotation_id = wb.history.save_annotation(run_id, step, pos, label, note or "")
     except (*USER_ERRORS, ValueError) as e:
         gr.Warning(str(e))
         return message_html(f"error: {e}", "error")
@@ -111,7 +116,6 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
                       allow_custom_value=True)
     gr.Markdown("Click a rejected (struck-through) token to pick it, or choose it from the list.")
     view = gr.HTML(elem_id="ann-view", js_on_load=PICK_JS)
-    pick = gr.Textbox(visible="hidden", elem_id="ann-pick")
     with gr.Row():
         token = gr.Dropdown(choices=[], label="rejected token", elem_id="ann-token", scale=3, allow_custom_value=True)
         labels = wb.history.list_labels()
@@ -141,27 +145,32 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         exported = gr.HTML(elem_id="ann-exported")
         files = gr.File(file_count="multiple", label="exported files", elem_id="ann-files", interactive=False)
 
-    def lists(run_id, only):
-        return (annotation_rows(wb, run_id, only), gr.update(choices=annotation_choices(wb)),
+    def lists(run_id, only_this_run):
+        return (annotation_rows(wb, run_id, only_this_run), gr.update(choices=annotation_choices(wb)),
                 gr.update(choices=[queries.ALL] + queries.distinct(wb.history, "drafter")))
 
     list_outputs = [listing, chosen, ex_drafter]
 
-    def refresh(run_id, only):
+    def refresh(run_id, only_this_run):
         choices = queries.run_choices(wb.history, only_rejections=True)
         ids = [c[1] for c in choices]
         run_id = run_id if run_id in ids else (ids[0] if ids else None)
-        return gr.update(choices=choices, value=run_id), *lists(run_id, only)
+        return gr.update(choices=choices, value=run_id), *lists(run_id, only_this_run)
 
     tab.select(refresh, [run, only_run], [run, *list_outputs], api_visibility="private")
     run.change(lambda run_id: show_run(wb, run_id), run, [view, token], api_name="annotate_open")
-    pick.input(lambda value: value, pick, token, api_visibility="private")
-    only_run.change(lambda run_id, only: annotation_rows(wb, run_id, only), [run, only_run], listing,
+
+    def pick_token(evt: gr.SelectData) -> str:
+        return evt.value
+
+    view.select(pick_token, None, token, api_visibility="private")
+    token.change(None, token, None, js=SHOW_PICK_JS, api_visibility="private")
+    only_run.change(lambda run_id, only_this_run: annotation_rows(wb, run_id, only_this_run), [run, only_run], listing,
                     api_visibility="private")
 
-    def save_annotation(run_id, pick_value, label_value, note_value, only):
-        message = add(wb, run_id, pick_value, label_value, note_value)
-        return message, show_run(wb, run_id)[0], *lists(run_id, only)
+    def save_annotation(run_id, rejected_token, label, note, only_this_run):
+        message = add(wb, run_id, rejected_token, label, note)
+        return message, show_run(wb, run_id)[0], *lists(run_id, only_this_run)
 
     save.click(save_annotation, [run, token, label, note, only_run], [status, view, *list_outputs],
                api_name="annotate")
@@ -183,25 +192,26 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
 
     chosen.change(load, chosen, [edit_label, edit_note], api_visibility="private")
 
-    def change(annotation_id, label_value, note_value, run_id, only, remove=False):
+    def change(annotation_id, label, note, run_id, only_this_run, remove=False):
         try:
             if annotation_id is None:
                 raise AppError("choose an annotation to edit")
             if remove:
                 wb.history.delete_annotation(int(annotation_id))
             else:
-                wb.history.update_annotation(int(annotation_id), label=label_value or None, note=note_value)
+                wb.history.update_annotation(int(annotation_id), label=label or None, note=note)
         except USER_ERRORS as e:
-            return message_html(f"error: {e}", "error"), gr.update(), *lists(run_id, only)
+            return message_html(f"error: {e}", "error"), gr.update(), *lists(run_id, only_this_run)
         done = "deleted" if remove else "updated"
-        return message_html(f"annotation #{annotation_id} {done}"), show_run(wb, run_id)[0], *lists(run_id, only)
+        return (message_html(f"annotation #{annotation_id} {done}"), show_run(wb, run_id)[0],
+                *lists(run_id, only_this_run))
 
     edit_inputs = [chosen, edit_label, edit_note, run, only_run]
     update.click(change, edit_inputs, [status, view, *list_outputs], api_name="annotation_update")
-    def remove(annotation_id, label_value, note_value, run_id, only):
-        return change(annotation_id, label_value, note_value, run_id, only, remove=True)
 
-    delete.click(remove, edit_inputs, [status, view, *list_outputs],
-                 api_name="annotation_delete")
-    do_export.click(lambda f, lab, d: export(wb, f, lab, d), [folder, ex_label, ex_drafter], [exported, files],
-                    api_name="export_annotations")
+    def remove(annotation_id, label, note, run_id, only_this_run):
+        return change(annotation_id, label, note, run_id, only_this_run, remove=True)
+
+    delete.click(remove, edit_inputs, [status, view, *list_outputs], api_name="annotation_delete")
+    do_export.click(lambda folder, label, drafter: export(wb, folder, label, drafter), [folder, ex_label, ex_drafter],
+                    [exported, files], api_name="export_annotations")

@@ -14,6 +14,30 @@ from ..state import AppError, Workbench
 # Errors whose message is meant for a person: shown in the UI, never a dead page.
 USER_ERRORS = (engine.GenerationError, engine.DrafterError, engine.CheckpointError, AppError, HistoryError)
 DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one run on the accelerator at a time
+DEFAULT_MAX_NEW = 128  # max new tokens every tab starts from
+
+
+def quiet_bounds(slider: gr.Slider) -> gr.Slider:
+    """The slider, an out-of-range API value refused with Gradio's message as before but logged as one line: the
+    stock Slider's gr.Error is logged with a whole traceback. (A gr.Slider subclass would make Gradio write a .pyi
+    stub beside this file.)"""
+    check = slider.preprocess
+
+    def preprocess(payload: float) -> float:
+        try:
+            return check(payload)
+        except gr.Error as e:
+            e.print_exception = False
+            print(f"draftscope: refused {slider.label} = {payload!r}: {e.message}", flush=True)
+            raise
+
+    slider.preprocess = preprocess
+    return slider
+
+
+def output_text(wb: Workbench, steps: list[dict]) -> str:
+    """The text the steps emitted so far, decoded as the engine decodes a run's output."""
+    return wb.target.decode([t for s in steps for t in s["emitted"]])
 
 
 def as_int(value: Any, name: str, lo: int, hi: int) -> int:

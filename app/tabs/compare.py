@@ -1,4 +1,9 @@
-"""Compare tab: one prompt through 2-4 drafters side by side, stored with one comparison_group id."""
+"""Compare tab: one prompt through 2-4 drafters side by side, stored with one comparison_group id.
+
+It starts from Generate's prompt and defaults: each drafter at its default K (Workbench.default_k), the same max
+new tokens. Speedups are against `ar` on the same prompt and settings: ar in this comparison when it is picked, else
+the stored ar run (stored_reference), else one ar run first.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,21 @@ from html import escape
 
 import gradio as gr
 
-from ..render import LiveView, message_html, stats_html
-from ..runner import run_stream, speedup, stored_ar_speed
+from ..render import LiveView, message_html, plain_html, stats_html
+from ..runner import reference_of, relay, run_reference, run_stream, speedup, stored_reference
 from ..state import AppError, Workbench
-from .common import DEVICE, USER_ERRORS, as_int, best_drafter, example_table, session_of, wire_stop
+from .common import (
+    DEFAULT_MAX_NEW,
+    DEVICE,
+    USER_ERRORS,
+    as_int,
+    best_drafter,
+    example_table,
+    output_text,
+    quiet_bounds,
+    session_of,
+    wire_stop,
+)
 from .generate import MAX_NEW, status_of
 
 SLOTS = 4
@@ -19,48 +35,63 @@ SLOTS = 4
 
 def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature: float, max_new,
             request: gr.Request | None = None) -> Iterator[list]:
-    """Run each drafter in turn (ar first), streaming every slot's header and block view."""
-    heads, views = [""] * SLOTS, [""] * SLOTS
+    """Run each drafter in turn (ar first), streaming every slot's header, block view and plain output. K None:
+    each drafter at its default K. Without ar picked, the speedups are against the stored ar run on this prompt and
+    settings, else against an ar run made first (stored in this comparison, not shown)."""
+    heads, views, texts = [""] * SLOTS, [""] * SLOTS, [""] * SLOTS
     shown = [gr.update(visible=False)] * SLOTS
 
     def out(status):
-        return [status, *shown, *heads, *views]
+        return [status, *shown, *heads, *views, *texts]
+
+    def ar_progress(live):
+        running = message_html(f"running the ar baseline for the speedups: step {len(live.steps)} …")
+        return out(running if live.status == "running" else status_of(live))
 
     try:
         labels = sorted(labels or [], key=lambda label: label != "ar")
         if not 2 <= len(labels) <= SLOTS:
             raise AppError(f"pick 2 to {SLOTS} drafters to compare, not {len(labels)}")
-        k = as_int(k, "K", 0, 1024)
+        k = None if not str(k or "").strip() else as_int(k, "K", 1, 1024)
         max_new = as_int(max_new, "max new tokens", 1, MAX_NEW)
         if not (prompt or "").strip():
             raise AppError("the prompt is empty: type some text to generate from")
+        for label in labels:  # a K some drafter refuses stops here, before anything runs
+            wb.drafter(label, k)
         stop = wb.stop_event(session_of(request))
         group = uuid.uuid4().hex
-        ref = stored_ar_speed(wb)
-        ar_tok, note = (ref[0], f"stored ar runs: {ref[0]:.1f} tok/s") if ref else (None, "")
-        reference = None
+        reference = None if "ar" in labels else stored_reference(wb, prompt, temperature, max_new)
+        if reference is None and "ar" not in labels:
+            reference = yield from relay(run_reference(wb, prompt, temperature, max_new, stop, group), ar_progress)
+            if reference is None:
+                return
         shown = [gr.update(visible=i < len(labels)) for i in range(SLOTS)]
         for slot, label in enumerate(labels):
-            title = f"<h4>{escape(label)}{'' if label == 'ar' else f' · K={wb.drafter(label, k or None).k}'}</h4>"
             live_view = LiveView(legend=slot == 0)
-            for live in run_stream(wb, prompt, label, k or None, temperature, max_new, stop,
-                                   reference_ids=reference, comparison_group=group):
-                heads[slot] = title + stats_html(live.stats, *speedup(live, ar_tok, note))
+            for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference,
+                                   comparison_group=group):
+                heads[slot] = f"<h4>{escape(live.title)}</h4>" + stats_html(live.stats, *speedup(live, reference))
                 views[slot] = live_view.html(live.steps, done=live.status != "running")
+                texts[slot] = plain_html(output_text(wb, live.steps))
                 yield out(status_of(live))
             if live.status != "done":
                 return
             if label == "ar":
-                ar_tok, note = live.stats["tok_per_s"], f"ar in this comparison: {live.stats['tok_per_s']:.1f} tok/s"
-                reference = live.token_ids
+                reference = reference_of(live, group, "ar in this comparison")
         yield out(message_html(f"comparison {group} stored: {len(labels)} runs"))
     except USER_ERRORS as e:
         gr.Warning(str(e))
         yield out(message_html(f"error: {e}", "error"))
 
 
-def build(wb: Workbench, tab: gr.Tab) -> None:
-    """Lay out the Compare tab and wire its events."""
+def k_label(wb: Workbench) -> str:
+    """The K field's label, naming each drafter's default K."""
+    defaults = ", ".join(f"{label} {k}" for label, k in wb.default_k.items() if label != "ar")
+    return f"K for every drafter (empty: each drafter's default K, as in Generate: {defaults})"
+
+
+def build(wb: Workbench, tab: gr.Tab, generate_prompt: gr.Textbox) -> None:
+    """Lay out the Compare tab and wire its events; opening it takes Generate's prompt when that one changed."""
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(label="prompt", lines=3, elem_id="cmp-prompt")
@@ -70,25 +101,32 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
             labels = gr.CheckboxGroup(choices=wb.drafter_labels, value=default, label="drafters (2-4)",
                                       elem_id="cmp-drafters")
             with gr.Row():
-                k = gr.Number(value=8, precision=0, label="K for every drafter (0 = each one's default)")
-                max_new = gr.Number(value=64, precision=0, label="max new tokens")
-            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature")
+                k = gr.Textbox(value="", label=k_label(wb), placeholder="each drafter's default", elem_id="cmp-k")
+                max_new = gr.Number(value=DEFAULT_MAX_NEW, precision=0, label="max new tokens", elem_id="cmp-max")
+            temperature = quiet_bounds(gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature"))
             with gr.Row():
                 run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
                 stop = gr.Button("Stop", variant="stop")
     status = gr.HTML(elem_id="cmp-status")
-    columns, heads, views = [], [], []
+    columns, heads, views, texts = [], [], [], []
     with gr.Row():
         for i in range(SLOTS):
             with gr.Column(visible=False, min_width=240) as column:
                 heads.append(gr.HTML(elem_id=f"cmp-head-{i}"))
+                texts.append(gr.HTML(elem_id=f"cmp-text-{i}"))
                 views.append(gr.HTML(elem_id=f"cmp-view-{i}"))
             columns.append(column)
 
-    def start(prompt, labels, k, temperature, max_new, request: gr.Request):
-        yield from compare(wb, prompt, labels, k, temperature, max_new, request)
+    def start(prompt, drafters, k, temperature, max_new_tokens, request: gr.Request):
+        yield from compare(wb, prompt, drafters, k, temperature, max_new_tokens, request)
 
-    run.click(start, [prompt, labels, k, temperature, max_new], [status, *columns, *heads, *views],
+    run.click(start, [prompt, labels, k, temperature, max_new], [status, *columns, *heads, *views, *texts],
               api_name="compare", **DEVICE)
     wire_stop(wb, stop)
-    tab.select(lambda: gr.update(choices=wb.drafter_labels), None, labels, api_visibility="private")
+    taken = gr.State("")  # the Generate prompt last copied here
+
+    def on_select(source, current, copied):
+        prompt = source if source and source != copied else current
+        return gr.update(choices=wb.drafter_labels), gr.update(label=k_label(wb)), prompt, source or copied
+
+    tab.select(on_select, [generate_prompt, prompt, taken], [labels, k, prompt, taken], api_visibility="private")

@@ -11,8 +11,9 @@ from ..render import message_html, run_html
 from ..state import Workbench
 from .common import USER_ERRORS
 
-COLUMNS = ["created (UTC)", "drafter", "K", "suite", "status", "tau", "acceptance", "tok/s", "tokens", "notes",
-           "prompt", "run_id"]
+# run_id before the prompt preview, so that it stays in view on a laptop screen
+COLUMNS = ["created (UTC)", "drafter", "K", "T", "suite", "status", "tau", "acceptance", "tok/s", "tokens",
+           "annotations", "run_id", "prompt"]
 
 
 def table(wb: Workbench, drafter: str | None, suite: str | None, text: str | None) -> list[list]:
@@ -26,9 +27,9 @@ def table(wb: Workbench, drafter: str | None, suite: str | None, text: str | Non
     def num(value, digits):
         return None if value is None else round(value, digits)
 
-    return [[f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["drafter"], r["k"], r["suite"] or "", r["status"],
-             num(r["tau"], 2), num(r["acceptance_rate"], 3), num(r["tok_per_s"], 1), r["n_generated"],
-             r["n_annotations"], r["prompt_preview"], r["run_id"]] for r in rows]
+    return [[f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["drafter"], r["k"], r["temperature"], r["suite"] or "",
+             r["status"], num(r["tau"], 2), num(r["acceptance_rate"], 3), num(r["tok_per_s"], 1), r["n_generated"],
+             r["n_annotations"], r["run_id"], r["prompt_preview"]] for r in rows]
 
 
 def open_run(wb: Workbench, run_id: str | None) -> str:
@@ -88,8 +89,8 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     tab.select(refresh, [drafter, suite, text], outputs, api_visibility="private")
 
     def select(evt: gr.SelectData):
-        return (evt.row_value or [None])[-1]
+        return evt.row_value[COLUMNS.index("run_id")] if evt.row_value else None
 
     runs.select(select, None, run, api_visibility="private")
     run.change(lambda run_id: open_run(wb, run_id), run, view, api_name="open_run")
-    compare.click(lambda ids: compare_runs(wb, ids), picked, view, api_name="compare_runs")
+    compare.click(lambda run_ids: compare_runs(wb, run_ids), picked, view, api_name="compare_runs")

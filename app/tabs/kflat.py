@@ -10,7 +10,7 @@ from engine.kflat import measure_kflat
 from .. import plots, queries
 from ..render import message_html
 from ..state import AppError, Workbench
-from .common import DEVICE, USER_ERRORS, as_int
+from .common import DEVICE, USER_ERRORS, as_int, best_drafter
 
 NO_DRAFTER = "(none: verify only)"
 MAX_KS = 16
@@ -30,20 +30,38 @@ def parse_ks(text: str) -> list[int]:
 def figures(wb: Workbench, selected: list[str] | None, acc_drafter: str | None):
     """(latency figure, speedup figure, note) for the chosen sweeps and acceptance source."""
     stored = queries.sweeps(wb.history)
-    chosen = {stored[s]["label"]: stored[s]["rows"] for s in (selected or []) if s in stored}
+    chosen = {stored[s]["short"]: stored[s]["rows"] for s in (selected or []) if s in stored}
     curve, n = queries.survival(wb.history, wb.target.name, acc_drafter) if acc_drafter else ([], 0)
     source = f"{acc_drafter} on {wb.target.name}, {n} steps, measured to K={len(curve)}" if curve else "none"
-    note = ""
+    notes = []
     if chosen and acc_drafter and not curve:
-        note = f"no stored steps of {acc_drafter} on {wb.target.name}: generate with it first"
+        notes.append(f"no stored steps of {acc_drafter} on {wb.target.name}: generate with it first")
     elif curve and any(max(r["k"] for r in rows) > len(curve) for rows in chosen.values()):
-        note = f"speedup predicted only up to K={len(curve)}, the longest block {acc_drafter} was measured with"
-    return plots.kflat_figure(chosen), plots.speedup_figure(chosen, curve, source), note
+        notes.append(f"speedup predicted only up to K={len(curve)}, the longest block {acc_drafter} was measured with")
+    untimed = [label for label, rows in chosen.items() if not plots.times_drafter(rows, acc_drafter)]
+    if curve and untimed:
+        notes.append(f"{', '.join(untimed)} did not time {acc_drafter}'s draft step: that prediction leaves drafting "
+                     f"out (run a sweep timing {acc_drafter})")
+    return plots.kflat_figure(chosen), plots.speedup_figure(chosen, curve, source, acc_drafter), "; ".join(notes)
+
+
+def note_html(text: str) -> str:
+    """A warning line for a note on the plots, or nothing."""
+    return message_html(text, "warn") if text else ""
 
 
 def drafter_choices(wb: Workbench) -> list[str]:
     """Choices for timing a drafter's propose() too (ar proposes nothing)."""
     return [NO_DRAFTER] + [x for x in wb.drafter_labels if x != "ar"]
+
+
+def timed_default(wb: Workbench, acc_drafter: str | None) -> str:
+    """The drafter a sweep times by default: the loaded one the acceptance comes from, else the best one."""
+    for label in drafter_choices(wb)[1:]:
+        if wb.drafter(label).name == acc_drafter:
+            return label
+    best = best_drafter(wb)
+    return NO_DRAFTER if best == "ar" else best
 
 
 def sweep_choices(wb: Workbench) -> list[tuple[str, str]]:
@@ -67,62 +85,75 @@ def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_d
         label = None if drafter in (None, "", NO_DRAFTER, "ar") else drafter
         if label and label not in wb.sources:
             raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(wb.drafter_labels)}")
-        if progress is not None:
-            progress(0, desc=f"compiling and timing verify (and draft) for K = {', '.join(map(str, ks))}")
-        rows = measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats)
+        timed = f"verify and {label}'s draft" if label else "verify"
+
+        def on_k(i: int, k: int) -> None:
+            if progress is not None:
+                progress((i, len(ks)), desc=f"K={k}: compiling, then timing {timed} x{repeats}", unit="K")
+
+        rows = measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats, on_k)
         rows = [{**r, "context": context} for r in rows]
         sweep_id = wb.history.write_kflat(rows, hardware=wb.hardware, backend=jax.default_backend(),
-                                          model=wb.target.name, dtype=wb.target.dtype, drafter=label)
+                                          model=wb.target.name, dtype=wb.target.dtype,
+                                          drafter=wb.drafter(label).name if label else None)
     except USER_ERRORS as e:
         gr.Warning(str(e))
         return (message_html(f"error: {e}", "error"), gr.update(), gr.update(), *figures(wb, selected, acc_drafter)[:2])
     selected = [sweep_id] + [s for s in (selected or []) if s != sweep_id]
-    latency, speed, note = figures(wb, selected, acc_drafter)
-    text = "; ".join(f"K={r['k']}: {r['verify_ms']:.1f} ms" for r in rows)
-    status = message_html(f"sweep {sweep_id} on {wb.hardware} stored ({text})" + (f". {note}" if note else ""))
+    latency, speed, _ = figures(wb, selected, acc_drafter)  # its note goes to the note line (redraw)
+    text = "; ".join(f"K={r['k']}: verify {r['verify_ms']:.1f} ms" + ("" if r["draft_ms"] is None else
+                                                                       f", draft {r['draft_ms']:.1f} ms") for r in rows)
+    status = message_html(f"sweep {sweep_id} on {wb.hardware} stored ({text})")
     return (status, gr.update(choices=sweep_choices(wb), value=selected),
             gr.update(choices=acceptance_choices(wb)), latency, speed)
 
 
 def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the K-Flat tab and wire its events."""
-    gr.Markdown(f"Times the target's verify step for blocks of K drafted tokens on **{wb.hardware}**. "
-                "Flat verify cost means wider blocks are free; the speedup plot combines a sweep with a drafter's "
-                "measured per-position survival: tau(K) = 1 + sum of survival up to K, divided by the step cost "
-                "relative to an ar step (K=1).")
+    gr.Markdown(f"Times the target's verify step for blocks of K drafted tokens on **{wb.hardware}** (each K is "
+                "compiled first; only warm calls are timed), and a drafter's draft step. Flat verify cost means "
+                "wider blocks are free. The speedup plot combines a sweep with a drafter's measured per-position "
+                "survival: speedup(K) = tau(K) / ((draft(K) + verify(K)) / ar step), tau(K) = 1 + sum of survival "
+                "up to K, ar step = verify(K=1). A sweep that did not time that drafter's draft step gives a "
+                "verify-only estimate, labelled as such.")
+    accept = acceptance_choices(wb)
     with gr.Row():
         ks = gr.Textbox(value="1,2,4,8,16,32,64", label="K values", elem_id="kf-ks")
         context = gr.Number(value=256, precision=0, label="context length")
         repeats = gr.Number(value=5, precision=0, label="repeats per K")
-        drafter = gr.Dropdown(choices=drafter_choices(wb), value=NO_DRAFTER, label="also time this drafter's propose()",
-                              allow_custom_value=True)
+        drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed_default(wb, accept[0] if accept else None),
+                              label="also time this drafter's draft step", allow_custom_value=True,
+                              elem_id="kf-drafter")
         run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
     with gr.Row():
         stored = sweep_choices(wb)
         selected = gr.Dropdown(choices=stored, value=[s for _, s in stored[:1]], multiselect=True,
                                label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3,
                                allow_custom_value=True)
-        accept = acceptance_choices(wb)
         acc_drafter = gr.Dropdown(choices=accept, value=accept[0] if accept else None,
-                                  label="acceptance from drafter", scale=1, allow_custom_value=True)
-    status = gr.HTML(elem_id="kf-status")
+                                  label="acceptance from drafter", scale=1, allow_custom_value=True,
+                                  elem_id="kf-acc")
+    first = figures(wb, selected.value, acc_drafter.value)
+    status = gr.HTML(elem_id="kf-status")  # the last sweep's result; stays while plots are redrawn
+    note = gr.HTML(note_html(first[2]), elem_id="kf-note")  # what the plots shown cannot say
     with gr.Row():
-        first = figures(wb, selected.value, acc_drafter.value)
         latency = gr.Plot(first[0], elem_id="kf-plot")
         speed = gr.Plot(first[1], elem_id="kf-speedup")
 
-    def start(ks, context, repeats, drafter, selected, acc_drafter, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
-        return run_sweep(wb, ks, context, repeats, drafter, selected, acc_drafter, progress)
+    def start(k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter,  # API names
+              progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+        return run_sweep(wb, k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, progress)
 
     run.click(start, [ks, context, repeats, drafter, selected, acc_drafter],
               [status, selected, acc_drafter, latency, speed], api_name="kflat_sweep", **DEVICE)
 
     def redraw(selected, acc_drafter):
-        latency_fig, speed_fig, note = figures(wb, selected, acc_drafter)
-        return latency_fig, speed_fig, message_html(note, "warn") if note else ""
+        latency_fig, speed_fig, text = figures(wb, selected, acc_drafter)
+        return latency_fig, speed_fig, note_html(text)
 
-    gr.on([selected.change, acc_drafter.change], redraw, [selected, acc_drafter], [latency, speed, status],
+    gr.on([selected.change, acc_drafter.change], redraw, [selected, acc_drafter], [latency, speed, note],
           api_visibility="private")
+    acc_drafter.change(lambda chosen: timed_default(wb, chosen), acc_drafter, drafter, api_visibility="private")
 
     def refresh(selected, acc_drafter):
         sweeps, choices = sweep_choices(wb), acceptance_choices(wb)

@@ -13,11 +13,11 @@ class ArDrafter:
     feature_layers: tuple[int, ...] = ()
     checkpoint = None
 
-    def start(self, prompt_ids: np.ndarray, max_len: int) -> None:
+    def start(self, prompts: list[np.ndarray], max_len: int) -> None:
         return None
 
-    def extend(self, state, features, n_new: int) -> None:
+    def extend(self, state, features, n_new: np.ndarray) -> None:
         return None
 
-    def propose(self, state, tokens: list[int]) -> tuple[Proposal, None]:
-        return Proposal(np.zeros(0, np.int32), 0, np.zeros(0, np.float32)), None
+    def propose(self, state, tokens: list[list[int]]) -> tuple[Proposal, None]:
+        return Proposal.empty(len(tokens), 0), None

@@ -1,12 +1,14 @@
 """The drafter protocol every drafter implements, and the errors they raise.
 
-The engine drives a drafter through one generation as
-    state = drafter.start(prompt_ids, max_len)       # max_len: the target cache size
-    state = drafter.extend(state, features, n_new)   # after prefill chunks and after each verify
-    proposal, state = drafter.propose(state, tokens) # tokens = everything committed + the anchor
-`extend` hands over the target features (outputs of `feature_layers`, [F, 1, T, H]) of block rows
-whose first `n_new` are now verified; rows past n_new are garbage the drafter must not keep (its
-context length grows by exactly n_new: rollback is never needed because rejected rows never enter).
+The engine drives a drafter through one generation of a batch of B sequences as
+    state = drafter.start(prompts, max_len)           # B prompt id arrays; max_len: the target cache size
+    state = drafter.extend(state, features, n_new)    # after prefill chunks and after each verify
+    proposal, state = drafter.propose(state, tokens)  # per sequence: everything committed + the anchor
+`extend` hands over the target features (outputs of `feature_layers`, [F, B, T, H]) of T rows that start at
+each sequence's context length; the first n_new[b] rows of sequence b are now verified, the rest are garbage
+the drafter must not keep (a context grows by exactly n_new[b]: rollback is never needed because rejected rows
+never enter). `propose` drafts the whole batch at once (model drafters: one device call). A sequence that has
+finished rides along with n_new 0 and its drafts ignored, so shapes never change inside a generation.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ class DrafterError(ValueError):
 
 @dataclass
 class Proposal:
-    """A drafted block: ids [k] int32 of which the first n are real proposals; q [k] their drafter probability."""
+    """Drafted blocks of a batch: ids [B, k] int32, of which the first n[b] of row b are real proposals
+    (n [B] int32); q [B, k] their drafter probability."""
 
     ids: np.ndarray
-    n: int
+    n: np.ndarray
     q: np.ndarray
+
+    @classmethod
+    def empty(cls, batch: int, k: int) -> Proposal:
+        """No proposals yet: zero ids, n 0, q 1 (writable, for host-side drafters to fill)."""
+        return cls(np.zeros((batch, k), np.int32), np.zeros(batch, np.int32), np.ones((batch, k), np.float32))
 
 
 class Drafter(Protocol):
@@ -37,11 +45,11 @@ class Drafter(Protocol):
     feature_layers: tuple[int, ...]  # target layers whose outputs extend() receives
     checkpoint: str | None  # where the weights came from (None: no weights)
 
-    def start(self, prompt_ids: np.ndarray, max_len: int) -> Any: ...
+    def start(self, prompts: list[np.ndarray], max_len: int) -> Any: ...
 
-    def extend(self, state: Any, features: jax.Array | None, n_new: int) -> Any: ...
+    def extend(self, state: Any, features: jax.Array | None, n_new: np.ndarray) -> Any: ...
 
-    def propose(self, state: Any, tokens: list[int]) -> tuple[Proposal, Any]: ...
+    def propose(self, state: Any, tokens: list[list[int]]) -> tuple[Proposal, Any]: ...
 
 
 def check_k(k: int, max_k: int, name: str) -> int:

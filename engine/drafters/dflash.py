@@ -8,10 +8,11 @@ projects C with its own k_proj/v_proj (+ k_norm, + RoPE at each context token's 
 and its block queries attend, without a causal mask, to [context K/V ; block K/V]. Final norm and the
 target's LM head on block rows 1..K give the greedy drafts.
 
-Draft context cache: per drafter layer K/V of context rows, head-major [1, Nkv, S, D] each, S = the
-target's cache size. extend() writes the K/V of new feature rows at ctx_len.. and grows ctx_len by
-the number of verified rows; rows past it are masked out, so rejected rows never enter. propose()
-does not change the cache (block K/V are transient).
+Draft context cache of a batch: per drafter layer K/V of context rows, head-major [B, Nkv, S, D] each,
+S = the target's cache size, and each sequence's context length (ragged, like the target cache's).
+extend() writes the K/V of new feature rows at each sequence's length.. and grows it by that sequence's
+number of verified rows; rows past it are masked out, so rejected rows never enter. propose() drafts
+the whole batch in one forward over [B, block] and does not change the cache (block K/V are transient).
 
 Params (matrices [in, out], norms float32; embedding and LM head are the target's):
     fc [F*Ht, H]; hidden_norm [H]; norm [H]; layers: a list of Qwen3 layer dicts (see layers.py)
@@ -28,20 +29,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import write
 from ..config import ModelConfig
 from ..model import attention, embed, linear, rms_norm, rope
+from ..sharding import fetch
 from ..target import Target
 from .base import DrafterError, Proposal, check_k
 from .layers import (
+    anchors_of,
     body_config,
     body_json,
     cache_zeros,
+    check_extend,
     check_fc,
     check_hidden,
     check_layer_ids,
     checkpoint_dir,
     concat_features,
     expect_tensor,
+    greedy_pick,
     head_logits,
     layer_shapes,
     layer_tensors,
@@ -81,11 +87,12 @@ class DFlashConfig:
 
 @dataclass(frozen=True)
 class DFlashState:
-    """Context cache k, v (per drafter layer [1, Nkv, S, D]) and its number of rows (= next anchor position)."""
+    """Context caches k, v (per drafter layer [B, Nkv, S, D]) and each sequence's number of rows
+    (lengths [B] int32 = its next anchor position)."""
 
     k: list[jax.Array]
     v: list[jax.Array]
-    length: int
+    lengths: np.ndarray
 
 
 def default_target_layer_ids(num_target_layers: int, n_features: int) -> tuple[int, ...]:
@@ -167,18 +174,20 @@ def context_kv(params: dict, cfg: DFlashConfig, c: jax.Array, positions: jax.Arr
 
 
 def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array, ctx_k: jax.Array,
-                ctx_v: jax.Array, mask: jax.Array) -> jax.Array:
+                ctx_v: jax.Array, mask: jax.Array, n_out: int | None = None) -> jax.Array:
     """One drafter layer on block rows x [B, Tq, H] at positions [B, Tq].
 
     Queries attend to [context K/V ctx_k/ctx_v [B, Nkv, S, D] ; the block's own K/V] under
-    mask [B, Tq, S + Tq] (True = visible). Returns the new hidden [B, Tq, H].
+    mask [B, Tq, S + Tq] (True = visible). Returns the new hidden [B, n_out, H] of the first n_out
+    rows (all by default; every row's K/V is attended to either way).
     """
-    b, t, _ = x.shape
     body = cfg.body
     h = rms_norm(x, lp["attn_norm"], body.rms_eps)
+    k_blk, v_blk = project_kv(cfg, lp, h, positions)
+    x, h, positions, mask = x[:, :n_out], h[:, :n_out], positions[:, :n_out], mask[:, :n_out]
+    b, t, _ = x.shape
     q = linear(h, lp["wq"]).reshape(b, t, body.num_heads, body.head_dim)
     q = rope(rms_norm(q, lp["q_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()))
-    k_blk, v_blk = project_kv(cfg, lp, h, positions)
     k = jnp.concatenate([ctx_k.astype(jnp.float32), k_blk], axis=2)
     v = jnp.concatenate([ctx_v.astype(jnp.float32), v_blk], axis=2)
     x = x + linear(attention(q, k, v, mask), lp["wo"])
@@ -187,48 +196,49 @@ def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array,
 
 
 def run_block(params: dict, cfg: DFlashConfig, x: jax.Array, positions: jax.Array, ctx_k: list, ctx_v: list,
-              mask: jax.Array) -> jax.Array:
-    """All drafter layers + final norm. x [B, Tq, H]; ctx_k/ctx_v per layer [B, Nkv, S, D] -> normed [B, Tq, H]."""
-    for lp, k, v in zip(params["layers"], ctx_k, ctx_v, strict=True):
-        x = block_layer(cfg, lp, x, positions, k, v, mask)
+              mask: jax.Array, n_out: int | None = None) -> jax.Array:
+    """All drafter layers + final norm. x [B, Tq, H]; ctx_k/ctx_v per layer [B, Nkv, S, D] -> normed [B, n_out, H]
+    (the last layer computes only the first n_out rows' outputs; all rows by default)."""
+    last = len(params["layers"]) - 1
+    for i, (lp, k, v) in enumerate(zip(params["layers"], ctx_k, ctx_v, strict=True)):
+        x = block_layer(cfg, lp, x, positions, k, v, mask, n_out if i == last else None)
     return rms_norm(x, params["norm"], cfg.body.rms_eps)
 
 
-def block_tokens(cfg: DFlashConfig, anchor: jax.Array, position: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The drafted block: ids [anchor, MASK x (B-1)] and positions p..p+B-1, each [B] int32."""
-    ids = jnp.full((cfg.block_size,), cfg.mask_token_id, jnp.int32).at[0].set(anchor)
-    return ids, position + jnp.arange(cfg.block_size, dtype=jnp.int32)
+def block_tokens(cfg: DFlashConfig, anchors: jax.Array, starts: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The drafted blocks of a batch: ids [anchor, MASK x (size-1)] and positions p..p+size-1, each [B, size]."""
+    ids = jnp.full((anchors.shape[0], cfg.block_size), cfg.mask_token_id, jnp.int32).at[:, 0].set(anchors)
+    return ids, starts[:, None] + jnp.arange(cfg.block_size, dtype=jnp.int32)
 
 
 @partial(jax.jit, static_argnames=("cfg",), donate_argnames=("ctx_k", "ctx_v"))
-def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, length: jax.Array, *,
+def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, lengths: jax.Array, *,
                  cfg: DFlashConfig) -> tuple[list, list]:
-    """Write the context K/V of feature rows [F, 1, T, Ht] at positions length..length+T-1 of the cache."""
+    """Write the context K/V of feature rows [F, B, T, Ht] at positions lengths[b]..lengths[b]+T-1 of each cache row."""
     c = fuse_context(params, cfg, concat_features(features))
-    positions = length + jnp.arange(c.shape[1], dtype=jnp.int32)[None]
+    positions = lengths[:, None] + jnp.arange(c.shape[1], dtype=jnp.int32)[None]
     k, v = context_kv(params, cfg, c, positions)
-    at = (0, 0, length, 0)
-    put = lambda cache, new: jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), at)  # noqa: E731
-    return [put(a, b) for a, b in zip(ctx_k, k, strict=True)], [put(a, b) for a, b in zip(ctx_v, v, strict=True)]
+    return ([write(a, b, lengths) for a, b in zip(ctx_k, k, strict=True)],
+            [write(a, b, lengths) for a, b in zip(ctx_v, v, strict=True)])
 
 
 @partial(jax.jit, static_argnames=("cfg", "k"))
-def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchor: jax.Array, position: jax.Array,
+def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array, starts: jax.Array,
           draft_ids: jax.Array | None = None, *, cfg: DFlashConfig, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One drafter forward over the whole block (B rows, whatever k is).
+    """One drafter forward over the blocks of a whole batch ([B, block] rows, whatever k is).
 
-    The context is the first `position` cache rows (the anchor's position p = context length). With a
+    Sequence b's block starts at starts[b] = its context length (its first starts[b] cache rows). With a
     restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
-    Returns ids [k] int32 (argmax of rows 1..k), q [k] (their drafter probability), logits [k, V or Vd].
+    Returns ids [B, k] int32 (argmax of rows 1..k), q [B, k] (their drafter probability), logits [B, k, V or Vd].
     """
-    ids, positions = block_tokens(cfg, anchor, position)
+    ids, positions = block_tokens(cfg, anchors, starts)
     s = ctx_k[0].shape[2]
-    visible = jnp.concatenate([jnp.arange(s) < position, jnp.ones(cfg.block_size, bool)])
-    mask = jnp.broadcast_to(visible, (1, cfg.block_size, s + cfg.block_size))
-    h = run_block(params, cfg, embed(head, ids[None]), positions[None], ctx_k, ctx_v, mask)
-    logits = head_logits(head, h[0, 1:k + 1])
-    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    q = jnp.take_along_axis(jax.nn.softmax(logits, axis=-1), best[:, None], axis=-1)[:, 0]
+    visible = jnp.concatenate([jnp.arange(s)[None] < starts[:, None], jnp.ones((len(starts), cfg.block_size), bool)],
+                              axis=1)
+    mask = jnp.broadcast_to(visible[:, None], (len(starts), cfg.block_size, s + cfg.block_size))
+    h = run_block(params, cfg, embed(head, ids), positions, ctx_k, ctx_v, mask, n_out=k + 1)
+    logits = head_logits(head, h[:, 1:])
+    best, q = greedy_pick(logits)
     return (best if draft_ids is None else draft_ids[best]), q, logits
 
 
@@ -313,27 +323,24 @@ class DFlashDrafter:
         other.k = check_k(k, self.cfg.block_size - 1, self.name)
         return other
 
-    def start(self, prompt_ids: np.ndarray, max_len: int) -> DFlashState:
-        body, dtype = self.cfg.body, self.params["fc"].dtype
-        zeros = lambda: [cache_zeros(body, max_len, dtype, self.mesh) for _ in range(body.num_layers)]  # noqa: E731
-        return DFlashState(zeros(), zeros(), 0)
+    def start(self, prompts: list[np.ndarray], max_len: int) -> DFlashState:
+        body, dtype, batch = self.cfg.body, self.params["fc"].dtype, len(prompts)
+        zeros = lambda: [cache_zeros(body, batch, max_len, dtype, self.mesh)  # noqa: E731
+                         for _ in range(body.num_layers)]
+        return DFlashState(zeros(), zeros(), np.zeros(batch, np.int32))
 
-    def extend(self, state: DFlashState, features: jax.Array, n_new: int) -> DFlashState:
-        rows, room = features.shape[2], state.k[0].shape[2]
-        if not 0 <= n_new <= rows or state.length + rows > room:
-            raise DrafterError(f"extend: {n_new} of {rows} rows at context length {state.length} do not fit the "
-                               f"draft cache of {room} rows")
-        k, v = extend_cache(self.params, state.k, state.v, features, np.int32(state.length), cfg=self.cfg)
-        return DFlashState(k, v, state.length + int(n_new))
+    def extend(self, state: DFlashState, features: jax.Array, n_new: np.ndarray) -> DFlashState:
+        n_new = np.asarray(n_new, np.int32)
+        check_extend(state.lengths, n_new, features.shape[2], state.k[0].shape[2])
+        k, v = extend_cache(self.params, state.k, state.v, features, state.lengths, cfg=self.cfg)
+        return DFlashState(k, v, state.lengths + n_new)
 
-    def propose(self, state: DFlashState, tokens: list[int]) -> tuple[Proposal, DFlashState]:
-        position = len(tokens) - 1
-        if state.length != position:
-            raise DrafterError(f"the draft context holds {state.length} rows but the anchor sits at position "
-                               f"{position}: extend() must cover every committed token before the anchor")
-        ids, q, _ = draft(self.params, self.head, state.k, state.v, np.int32(tokens[-1]), np.int32(position),
-                          self.draft_ids, cfg=self.cfg, k=self.k)
-        return Proposal(np.asarray(ids), self.k, np.asarray(q)), state
+    def propose(self, state: DFlashState, tokens: list[list[int]]) -> tuple[Proposal, DFlashState]:
+        anchors, starts = anchors_of(tokens, state.lengths)
+        ids, q, _ = draft(self.params, self.head, state.k, state.v, anchors, starts, self.draft_ids, cfg=self.cfg,
+                          k=self.k)
+        ids, q = fetch((ids, q))
+        return Proposal(ids, np.full(len(tokens), self.k, np.int32), q), state
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -13,7 +13,8 @@ extend(). propose(tokens) runs, inside one jitted function (K = k passes):
             and row p-1 = (x_p, g_{p-1}) attends to cache rows <= p-1               -> d_1
     pass j: row p-1+j = (d_j, h_{j-1}) at position p-1+j, attending rows <= p-1+j    -> d_{j+1}
 h_{j-1} being the previous pass's pre-norm output ("residual"). The drafter keeps its own causal
-K/V cache [1, Nkv, S, D]. extend() writes the K/V of rows whose next token it already knows (the
+K/V cache [B, Nkv, S, D] for a batch, each sequence at its own (ragged) positions; each pass runs the
+whole batch. extend() writes the K/V of rows whose next token it already knows (the
 prompt's, during prefill) and keeps the fc features of the last W rows; after a verify step the
 new rows p..p+a (a accepted) have next tokens known only at the next propose (accepted drafts, then
 the bonus), so pass 0 (re)computes the last W rows from the committed `tokens` (rewriting rows
@@ -38,20 +39,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..cache import write
 from ..config import ModelConfig
 from ..model import attention, linear, rms_norm, rope
+from ..sharding import fetch
 from ..target import Target
 from .base import DrafterError, Proposal, check_k
 from .layers import (
+    anchors_of,
     body_config,
     body_json,
     cache_zeros,
+    check_extend,
     check_fc,
     check_hidden,
     check_layer_ids,
     checkpoint_dir,
     concat_features,
     expect_tensor,
+    greedy_pick,
     layer_shapes,
     layer_tensors,
     load_layers,
@@ -88,19 +94,19 @@ class Eagle3Config:
 
 @dataclass(frozen=True)
 class Eagle3State:
-    """One generation's drafter state.
+    """One generation's drafter state for a batch of B sequences.
 
-    k, v [1, Nkv, S, D]: the drafter's K/V cache, rows < done valid. window [1, W, H]: fc features of
-    rows length-W..length-1 (zeros before row 0). length: feature rows received (= the anchor position
-    at propose). prompt: the prompt ids, whose rows extend() writes at once.
+    k, v [B, Nkv, S, D]: the drafter's K/V cache, rows < done[b] of sequence b valid. window [B, W, H]: fc
+    features of rows length-W..length-1 (zeros before row 0). lengths [B]: feature rows received (= the anchor
+    position at propose). prompts: the prompt ids, whose rows extend() writes at once.
     """
 
     k: jax.Array
     v: jax.Array
     window: jax.Array
-    length: int
-    done: int
-    prompt: np.ndarray
+    lengths: np.ndarray
+    done: np.ndarray
+    prompts: list[np.ndarray]
 
 
 def default_feature_layers(num_target_layers: int) -> tuple[int, ...]:
@@ -188,62 +194,66 @@ def draft_logits(params: dict, cfg: Eagle3Config, h: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnames=("cfg", "write_kv"), donate_argnames=("cache_k", "cache_v", "window"))
 def extend_rows(params: dict, embed: jax.Array, cache_k: jax.Array, cache_v: jax.Array, window: jax.Array,
-                features: jax.Array, next_tokens: jax.Array, start: jax.Array, n_new: jax.Array, *,
+                features: jax.Array, next_tokens: jax.Array, starts: jax.Array, n_new: jax.Array, *,
                 cfg: Eagle3Config, write_kv: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Take feature rows start..start+T-1 (features [F, 1, T, Ht], the first n_new verified).
+    """Take feature rows starts[b]..starts[b]+T-1 of each sequence (features [F, B, T, Ht], the first n_new[b]
+    verified).
 
-    Slides their fc features into window [1, W, H]; with write_kv, also writes the K/V of rows
-    (next_tokens [1, T], fc feature) at positions start.. (rows without a known next token hold
+    Slides each sequence's n_new[b] new fc features into window [B, W, H]; with write_kv, also writes the K/V of
+    rows (next_tokens [B, T], fc feature) at positions starts[b].. (rows without a known next token hold
     placeholders that propose rewrites). Returns cache_k, cache_v, window.
     """
     g = linear(concat_features(features), params["fc"])
-    window = jax.lax.dynamic_slice_in_dim(jnp.concatenate([window, g], axis=1), n_new, window.shape[1], axis=1)
+    slide = lambda rows, n: jax.lax.dynamic_slice_in_dim(rows, n, window.shape[1], axis=0)  # noqa: E731
+    window = jax.vmap(slide)(jnp.concatenate([window, g], axis=1), n_new)
     if write_kv:
-        positions = start + jnp.arange(g.shape[1], dtype=jnp.int32)[None]
+        positions = starts[:, None] + jnp.arange(g.shape[1], dtype=jnp.int32)[None]
         _, k, v = midlayer_qkv(params, cfg, embed[next_tokens].astype(jnp.float32), g, positions)
-        cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, 0, start, 0))
-        cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, 0, start, 0))
+        cache_k, cache_v = write(cache_k, k, starts), write(cache_v, v, starts)
     return cache_k, cache_v, window
 
 
 @partial(jax.jit, static_argnames=("cfg", "k"), donate_argnames=("cache_k", "cache_v"))
 def draft(params: dict, embed: jax.Array, d2t: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
-          window: jax.Array, window_tokens: jax.Array, position: jax.Array, *, cfg: Eagle3Config, k: int):
-    """k greedy draft passes; pass 0 runs rows position-W+1..position (window [1, W, H], their next
-    tokens window_tokens [1, W]; rows < 0 are not written), position = p-1.
+          window: jax.Array, window_tokens: jax.Array, ends: jax.Array, *, cfg: Eagle3Config, k: int):
+    """k greedy draft passes over a batch; pass 0 runs each sequence's rows ends[b]-W+1..ends[b] (window
+    [B, W, H], their next tokens window_tokens [B, W]; rows < 0 are not written), ends[b] = p_b - 1.
 
-    Returns ids [k] (target ids), q [k] (drafter probability), logits [k, Vd], cache_k, cache_v.
+    Returns ids [B, k] (target ids), q [B, k] (drafter probability), logits [B, k, Vd], cache_k, cache_v.
     """
     s, w = cache_k.shape[2], window.shape[1]
+    put = jax.vmap(lambda cache, rows, at: cache.at[:, at].set(rows.astype(cache.dtype), mode="drop"))
 
     def run(cache_k, cache_v, tokens, g, positions):
-        """Write rows (tokens [1, n], g [1, n, H]) at positions [n], then the last row's pre-norm output."""
-        q, k_rows, v_rows = midlayer_qkv(params, cfg, embed[tokens].astype(jnp.float32), g, positions[None])
+        """Write rows (tokens [B, n], g [B, n, H]) at positions [B, n], then each last row's pre-norm output."""
+        q, k_rows, v_rows = midlayer_qkv(params, cfg, embed[tokens].astype(jnp.float32), g, positions)
         at = jnp.where(positions >= 0, positions, s)  # out of range: dropped
-        cache_k = cache_k.at[:, :, at].set(k_rows.astype(cache_k.dtype), mode="drop")
-        cache_v = cache_v.at[:, :, at].set(v_rows.astype(cache_v.dtype), mode="drop")
-        mask = (jnp.arange(s) <= positions[-1])[None, None, :]
+        cache_k, cache_v = put(cache_k, k_rows, at), put(cache_v, v_rows, at)
+        mask = (jnp.arange(s)[None] <= positions[:, -1:])[:, None, :]
         return cache_k, cache_v, midlayer_out(params, cfg, g[:, -1:], attention(q[:, -1:], cache_k, cache_v, mask))
 
     def pick(h):
-        row = draft_logits(params, cfg, h)[0, 0]
-        best = jnp.argmax(row).astype(jnp.int32)
-        return best + d2t[best], jax.nn.softmax(row)[best], row
+        logits = draft_logits(params, cfg, h)[:, 0]
+        best, prob = greedy_pick(logits)
+        return best + d2t[best], prob, logits
 
     cache_k, cache_v, h = run(cache_k, cache_v, window_tokens, window,
-                              position - (w - 1) + jnp.arange(w, dtype=jnp.int32))
-    token, prob, row = pick(h)
-    init = (cache_k, cache_v, token, h, jnp.zeros(k, jnp.int32).at[0].set(token),
-            jnp.zeros(k, jnp.float32).at[0].set(prob), jnp.zeros((k, cfg.draft_vocab_size)).at[0].set(row))
+                              ends[:, None] - (w - 1) + jnp.arange(w, dtype=jnp.int32))
+    token, prob, logits = pick(h)
+    b = ends.shape[0]
+    init = (cache_k, cache_v, token, h, jnp.zeros((b, k), jnp.int32).at[:, 0].set(token),
+            jnp.zeros((b, k), jnp.float32).at[:, 0].set(prob),
+            jnp.zeros((b, k, cfg.draft_vocab_size)).at[:, 0].set(logits))
 
     def step(j, carry):
-        cache_k, cache_v, token, h, ids, qs, logits = carry
-        cache_k, cache_v, h = run(cache_k, cache_v, token[None, None], h, (position + j)[None])
-        token, prob, row = pick(h)
-        return cache_k, cache_v, token, h, ids.at[j].set(token), qs.at[j].set(prob), logits.at[j].set(row)
+        cache_k, cache_v, token, h, ids, qs, all_logits = carry
+        cache_k, cache_v, h = run(cache_k, cache_v, token[:, None], h, (ends + j)[:, None])
+        token, prob, logits = pick(h)
+        return (cache_k, cache_v, token, h, ids.at[:, j].set(token), qs.at[:, j].set(prob),
+                all_logits.at[:, j].set(logits))
 
-    cache_k, cache_v, _, _, ids, qs, logits = jax.lax.fori_loop(1, k, step, init)
-    return ids, qs, logits, cache_k, cache_v
+    cache_k, cache_v, _, _, ids, qs, all_logits = jax.lax.fori_loop(1, k, step, init)
+    return ids, qs, all_logits, cache_k, cache_v
 
 
 # ---------------------------------------------------------------- training
@@ -320,41 +330,39 @@ class Eagle3Drafter:
         other.k = check_k(k, MAX_K, self.name)
         return other
 
-    def start(self, prompt_ids: np.ndarray, max_len: int) -> Eagle3State:
-        body, dtype = self.cfg.body, self.params["fc"].dtype
-        window = jnp.zeros((1, self.k + 1, body.hidden_size), jnp.float32)
-        return Eagle3State(cache_zeros(body, max_len, dtype, self.mesh), cache_zeros(body, max_len, dtype, self.mesh),
-                           window, 0, 0, np.asarray(prompt_ids, np.int32))
+    def start(self, prompts: list[np.ndarray], max_len: int) -> Eagle3State:
+        body, dtype, batch = self.cfg.body, self.params["fc"].dtype, len(prompts)
+        window = jnp.zeros((batch, self.k + 1, body.hidden_size), jnp.float32)
+        cache = lambda: cache_zeros(body, batch, max_len, dtype, self.mesh)  # noqa: E731
+        zero = np.zeros(batch, np.int32)
+        return Eagle3State(cache(), cache(), window, zero, zero, [np.asarray(p, np.int32) for p in prompts])
 
-    def extend(self, state: Eagle3State, features: jax.Array, n_new: int) -> Eagle3State:
-        rows, room = features.shape[2], state.k.shape[2]
-        if not 0 <= n_new <= rows or state.length + rows > room:
-            raise DrafterError(f"extend: {n_new} of {rows} rows at context length {state.length} do not fit the "
-                               f"draft cache of {room} rows")
-        start = state.length
-        known = state.prompt[start + 1:start + 1 + min(rows, n_new)]  # next tokens of prompt rows
-        next_tokens = np.zeros((1, rows), np.int32)
-        next_tokens[0, :len(known)] = known
+    def extend(self, state: Eagle3State, features: jax.Array, n_new: np.ndarray) -> Eagle3State:
+        n_new, rows = np.asarray(n_new, np.int32), features.shape[2]
+        check_extend(state.lengths, n_new, rows, state.k.shape[2])
+        starts, next_tokens = state.lengths, np.zeros((len(n_new), rows), np.int32)
+        n_known = np.zeros_like(n_new)
+        for b, (prompt, start, n) in enumerate(zip(state.prompts, starts, n_new, strict=True)):
+            known = prompt[start + 1:start + 1 + n]  # next tokens of prompt rows
+            next_tokens[b, :len(known)], n_known[b] = known, len(known)
         k, v, window = extend_rows(self.params, self.embed, state.k, state.v, state.window, features, next_tokens,
-                                   np.int32(start), np.int32(n_new), cfg=self.cfg, write_kv=len(known) > 0)
-        done = start + len(known) if state.done == start else state.done
-        return Eagle3State(k, v, window, start + int(n_new), done, state.prompt)
+                                   starts, n_new, cfg=self.cfg, write_kv=bool(n_known.any()))
+        done = np.where(state.done == starts, starts + n_known, state.done)
+        return Eagle3State(k, v, window, starts + n_new, done, state.prompts)
 
-    def propose(self, state: Eagle3State, tokens: list[int]) -> tuple[Proposal, Eagle3State]:
-        position, w = len(tokens) - 1, state.window.shape[1]
-        if state.length != position:
-            raise DrafterError(f"the draft context holds {state.length} rows but the anchor sits at position "
-                               f"{position}: extend() must cover every committed token before the anchor")
-        if position - state.done > w:
-            raise DrafterError(f"{position - state.done} feature rows arrived since the last propose; EAGLE-3 with "
-                               f"K={self.k} catches up at most {w}")
-        if position == 0:  # no target feature yet: nothing to draft from
-            return Proposal(np.zeros(self.k, np.int32), 0, np.zeros(self.k, np.float32)), state
-        next_ids = np.arange(position - w + 1, position + 1)  # rows p-W..p-1 read tokens p-W+1..p
-        window_tokens = np.asarray(tokens, np.int32)[np.maximum(next_ids, 0)][None]
+    def propose(self, state: Eagle3State, tokens: list[list[int]]) -> tuple[Proposal, Eagle3State]:
+        _, positions = anchors_of(tokens, state.lengths)
+        w = state.window.shape[1]
+        if (positions - state.done).max() > w:
+            raise DrafterError(f"{(positions - state.done).max()} feature rows arrived since the last propose; "
+                               f"EAGLE-3 with K={self.k} catches up at most {w}")
+        next_ids = np.maximum(positions[:, None] - w + 1 + np.arange(w), 0)  # rows p-W..p-1 read tokens p-W+1..p
+        window_tokens = np.array([[seq[i] for i in row] for seq, row in zip(tokens, next_ids, strict=True)], np.int32)
         ids, q, _, k, v = draft(self.params, self.embed, self.d2t, state.k, state.v, state.window, window_tokens,
-                                np.int32(position - 1), cfg=self.cfg, k=self.k)
-        return Proposal(np.asarray(ids), self.k, np.asarray(q)), replace(state, k=k, v=v, done=position)
+                                positions - 1, cfg=self.cfg, k=self.k)
+        ids, q = fetch((ids, q))
+        n = np.where(positions > 0, self.k, 0).astype(np.int32)  # position 0: no target feature to draft from
+        return Proposal(ids, n, q), replace(state, k=k, v=v, done=positions)
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -38,10 +38,35 @@ def on_mesh(params: dict, mesh, body: ModelConfig) -> dict:
     return params if mesh is None else place_params(params, mesh, body.num_heads, body.num_kv_heads)
 
 
-def cache_zeros(body: ModelConfig, max_len: int, dtype, mesh) -> jax.Array:
-    """One zeroed [1, Nkv, max_len, D] drafter cache buffer, on the target's mesh when it has one."""
+def cache_zeros(body: ModelConfig, batch: int, max_len: int, dtype, mesh) -> jax.Array:
+    """One zeroed [B, Nkv, max_len, D] drafter cache buffer, on the target's mesh when it has one (batch over
+    "data", KV heads over "model", as the target's cache)."""
     split = mesh is not None and heads_divide(mesh, body.num_heads, body.num_kv_heads)
-    return zeros((1, body.num_kv_heads, max_len, body.head_dim), dtype, mesh, split)
+    return zeros((batch, body.num_kv_heads, max_len, body.head_dim), dtype, mesh, split)
+
+
+def check_extend(lengths: np.ndarray, n_new: np.ndarray, rows: int, room: int) -> None:
+    """extend() input: n_new [B] of `rows` new feature rows per sequence, all rows fitting a cache of `room`."""
+    if n_new.shape != lengths.shape or n_new.min() < 0 or n_new.max() > rows or lengths.max() + rows > room:
+        raise DrafterError(f"extend: {n_new.tolist()} of {rows} rows at context lengths {lengths.tolist()} do not "
+                           f"fit the draft cache of {room} rows")
+
+
+def anchors_of(tokens: list[list[int]], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sequence's anchor (its last token) and the anchor's position, each [B] int32; DrafterError unless
+    every draft context covers every committed token before its anchor."""
+    positions = np.array([len(t) - 1 for t in tokens], np.int32)
+    if not np.array_equal(positions, lengths):
+        raise DrafterError(f"the draft contexts hold {lengths.tolist()} rows but the anchors sit at positions "
+                           f"{positions.tolist()}: extend() must cover every committed token before the anchor")
+    return np.array([t[-1] for t in tokens], np.int32), positions
+
+
+def greedy_pick(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Greedy drafts from logits [..., V]: (argmax [...] int32, its softmax probability [...])."""
+    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    top = jnp.take_along_axis(logits, best[..., None], axis=-1)
+    return best, 1.0 / jnp.sum(jnp.exp(logits - top), axis=-1)
 
 
 def head_logits(head: dict, h: jax.Array) -> jax.Array:

@@ -21,14 +21,18 @@ class NgramDrafter:
             raise ValueError("ngram sizes must satisfy 1 <= min_ngram <= max_ngram")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
-    def start(self, prompt_ids: np.ndarray, max_len: int) -> None:
+    def start(self, prompts: list[np.ndarray], max_len: int) -> None:
         return None
 
-    def extend(self, state, features, n_new: int) -> None:
+    def extend(self, state, features, n_new: np.ndarray) -> None:
         return None
 
-    def propose(self, state, tokens: list[int]) -> tuple[Proposal, None]:
-        return Proposal(*self.lookup(np.asarray(tokens, dtype=np.int32)), np.ones(self.k, np.float32)), None
+    def propose(self, state, tokens: list[list[int]]) -> tuple[Proposal, None]:
+        """Each sequence's lookup on the host (no device work)."""
+        proposal = Proposal.empty(len(tokens), self.k)
+        for row, seq in enumerate(tokens):
+            proposal.ids[row], proposal.n[row] = self.lookup(np.asarray(seq, dtype=np.int32))
+        return proposal, None
 
     def lookup(self, ctx: np.ndarray) -> tuple[np.ndarray, int]:
         """(ids [k] padded with zeros, number of real proposals) continuing ctx."""
