@@ -109,11 +109,14 @@ def concat_sequences(parts: list[Sequences]) -> Sequences:
                      parts[0].feature_layers if with_feats else ())
 
 
-def split_validation(n: int, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, validation rows): a fixed random n_val sequences held out."""
-    order = np.random.default_rng([seed, 7]).permutation(n)
-    n_val = min(n_val, n // 5) if n > 1 else 0
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
+def split_validation(n: int, n_val: int, seed: int, pool: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows): a fixed random n_val of the first `pool` sequences (default all) held out.
+    A fixed pool keeps the split when the dataset grows by appended shards, so runs on more data stay comparable."""
+    pool = n if pool is None else min(pool, n)
+    order = np.random.default_rng([seed, 7]).permutation(pool)
+    n_val = min(n_val, pool // 5) if pool > 1 else 0
+    val = np.sort(order[:n_val])
+    return np.setdiff1d(np.arange(n), val), val
 
 
 def batch_of(data: Sequences, rows: np.ndarray, seq_len: int,
@@ -496,6 +499,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--limit-sequences", type=int, default=None, help="train on the first N training sequences")
     ap.add_argument("--no-stored-features", action="store_true", help="compute target features per batch")
     ap.add_argument("--val", type=int, default=128, help="validation sequences held out (at most a fifth)")
+    ap.add_argument("--val-pool", type=int, default=None,
+                    help="draw the validation split from the first N sequences (keeps it fixed as shards are added)")
     ap.add_argument("--export", default=None, help="annotation export dir whose rejection prefixes to add")
     ap.add_argument("--export-weight", type=int, default=20)
     ap.add_argument("--max-new", type=int, default=192, help="response length for --export prefixes")
@@ -541,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(data),
                               "tau_est": evaluate_checkpoint(target, checkpoint, data, args)}), flush=True)
         return
-    train_rows, val_rows = split_validation(len(data), args.val, args.seed)
+    train_rows, val_rows = split_validation(len(data), args.val, args.seed, args.val_pool)
     if args.limit_sequences:
         train_rows = train_rows[:args.limit_sequences]
     train_set, val = data.subset(train_rows), data.subset(val_rows)

@@ -76,6 +76,15 @@ def test_tau_from_runs_caps_each_run_at_k():
     assert np.asarray(train_drafter.accepted_runs(match)).tolist() == [2, 0]
 
 
+def test_validation_split_stays_fixed_as_shards_are_appended():
+    train, val = train_drafter.split_validation(500, 40, seed=3)
+    grown_train, grown_val = train_drafter.split_validation(800, 40, seed=3, pool=500)
+    assert np.array_equal(val, grown_val) and len(val) == 40
+    assert np.array_equal(grown_train, np.setdiff1d(np.arange(800), val)), "every other row trains"
+    assert np.array_equal(grown_train[:len(train)], train), "the old training rows come first, unchanged"
+    assert not np.array_equal(train_drafter.split_validation(800, 40, seed=3)[1], val), "no pool: a new split"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dflash", "eagle3"])
 def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
