@@ -249,3 +249,27 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
     card = json.loads((ckpt / "training.json").read_text())
     assert card["drafter"] == "dflash"
     assert sorted((m["k"], m["tau"]) for m in card["measured"]) == [(4, 2.7), (6, 2.9)]  # the rerun replaced K=4
+
+
+def test_curves_from_model_cards(tmp_path):
+    from experiments import curves
+
+    shipped = Path("checkpoints/smollm2-135m-dflash")
+    card = json.loads((shipped / "training.json").read_text())
+    small = json.loads(json.dumps(card))
+    small["architecture"]["layers"], small["data"]["sequences"], small["curve"] = 1, 100, card["curve"][:3]
+    small["data"]["validation_sha256"] = "another-split"
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "training.json").write_text(json.dumps(small))
+    md = curves.write_curves([str(shipped), str(tmp_path / "small")], 7, tmp_path / "out").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| small", "| smollm2-135m-dflash"], "sorted by depth"
+    best = card["training"]["best"]
+    assert f"| {best['step']:,} | {best['tau_est'][6]:.2f} |" in rows[1], "the card's own best evaluation"
+    assert f"| {card['curve'][2]['step']:,} | {max(e['tau_est'][6] for e in card['curve'][:3]):.2f} |" in rows[0]
+    assert "different (or unrecorded) validation sets" in md
+    assert "plotly" in (tmp_path / "out" / "curves.html").read_text()[:5000].lower()
+    assert curves.main([str(tmp_path), "--out", str(tmp_path / "x")]) == 2, "a directory without a card"
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a drafter model card"):
+        curves.read_card(tmp_path / "bad.json")
