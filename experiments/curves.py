@@ -45,7 +45,7 @@ def best(run: dict, k: int) -> tuple[int, float]:
 
 def table(runs: list[dict], k: int) -> str:
     """Markdown: one row per run, sorted by drafter, depth and sequences."""
-    lines = [f"| run | drafter | layers | training sequences | response tokens | steps | CPU s | best step | "
+    lines = [f"| run | drafter | layers | training sequences | response tokens | steps | wall s | best step | "
              f"best tau_est K={k} | validation |", "|" + "---|" * 10]
     for r in sorted(runs, key=lambda r: (r["drafter"], r["layers"] or 0, r["sequences"])):
         step, tau = best(r, k)
