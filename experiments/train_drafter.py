@@ -321,6 +321,23 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
     t0, wall0, deadline = time.time(), meta["wall_s"], time.time() + 60 * args.max_minutes
     since_best = 0 if meta["best"] is None else sum(1 for e in meta["log"] if "tau_est" in e
                                                       and e["step"] > meta["best"]["step"])
+    def record(step: int, loss, acc) -> None:
+        """Evaluate tau_est, log it, keep the best params (loss and acc are None for the --init checkpoint)."""
+        nonlocal best, since_best
+        tau = evaluate(params) if val_batches else []
+        entry = {"step": step, "loss": None if loss is None else round(float(loss), 4),
+                 "acc_pos1": None if acc is None else round(float(acc), 4),
+                 "s": round(wall0 + time.time() - t0, 1), "tau_est": tau}
+        meta["log"].append(entry)
+        score = max(tau) if tau else -float(loss)
+        if meta["best"] is None or score > meta["best"]["score"]:
+            meta["best"], best, since_best = {"step": step, "score": score, "tau_est": tau}, params, 0
+        else:
+            since_best += 1
+        tqdm.write(f"{name} step {step}: loss {entry['loss']} acc_pos1 {entry['acc_pos1']} tau_est(K=1..) {tau}")
+
+    if step == 0 and args.init and val_batches:  # the starting point of a fine-tune, and the state to beat
+        record(0, None, None)
     bar = tqdm(total=args.steps, initial=step, desc=f"train {name}", unit="step")
     while step < args.steps and time.time() < deadline and since_best < args.patience:
         rng = np.random.default_rng([args.seed, step])
@@ -332,18 +349,8 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
         step += 1
         bar.update(1)
         if step % args.eval_every == 0 or step == args.steps:
-            tau = evaluate(params) if val_batches else []
-            entry = {"step": step, "loss": round(float(loss), 4), "acc_pos1": round(float(acc), 4),
-                     "s": round(wall0 + time.time() - t0, 1), "tau_est": tau}
-            meta["log"].append(entry)
-            score = max(tau) if tau else -float(loss)
-            if meta["best"] is None or score > meta["best"]["score"]:
-                meta["best"], best, since_best = {"step": step, "score": score, "tau_est": tau}, params, 0
-            else:
-                since_best += 1
-            bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{float(acc):.3f}",
-                            tau_est=f"{max(tau) if tau else 0:.2f}", best=f"{meta['best']['score']:.2f}")
-            tqdm.write(f"{name} step {step}: loss {float(loss):.3f} acc_pos1 {float(acc):.3f} tau_est(K=1..) {tau}")
+            record(step, loss, acc)
+            bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{float(acc):.3f}", best=f"{meta['best']['score']:.2f}")
         if step % args.save_every == 0:
             meta.update(step=step, wall_s=round(wall0 + time.time() - t0, 1))
             save_state(work, params, opt_state, meta, best)
@@ -484,7 +491,7 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                      "validation_sha256": hashlib.sha256(val.tokens.tobytes()).hexdigest()[:16]},
             "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"],
-                         "draft_vocab": args.draft_vocab},
+                         "draft_vocab": args.draft_vocab, "init": args.init},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
     (out / "training.json").write_text(json.dumps(card, indent=1))

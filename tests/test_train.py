@@ -108,3 +108,23 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
                                          feats, batch, drafter.k)
     assert np.asarray(runs)[0].tolist() == [s.accepted for s in steps]
     assert sum(s.accepted for s in steps) > 0  # a real check: the shipped drafters accept something here
+
+
+def test_finetune_evaluates_its_init_and_keeps_it_when_training_never_beats_it(tmp_path):
+    """With --init, step 0 is evaluated and logged; if no later tau_est beats it, the init is what comes back."""
+    seqs = train_drafter.Sequences(np.arange(40, dtype=np.int32) % 7, train_drafter.offsets_of([10] * 4),
+                                   np.full(4, 3, np.int32))
+    args = train_drafter.parse_args(["--init", "some/checkpoint", "--steps", "4", "--eval-every", "2", "--batch", "2",
+                                     "--seq-len", "10", "--anchors", "3", "--lr", "0.1", "--patience", "5"])
+
+    def loss_fn(p, b):  # training pulls w toward 1 ...
+        return (p["w"] - 1.0) ** 2, jnp.zeros(())
+
+    def runs_fn(p, b):  # ... while the accepted runs shrink as w grows
+        return jnp.broadcast_to(jnp.floor(3.0 * (1.0 - p["w"])).astype(jnp.int32), b["anchors"].shape)
+
+    best, log = train_drafter.train("toy", loss_fn, runs_fn, {"w": jnp.zeros(())}, seqs, seqs, args, tmp_path, None, 3)
+    assert [e["step"] for e in log["log"]] == [0, 2, 4] and log["log"][0]["loss"] is None
+    assert log["log"][0]["tau_est"] == [2.0, 3.0, 4.0] and log["best"]["step"] == 0
+    assert float(best["w"]) == 0.0
+    assert all(max(e["tau_est"]) < 4.0 for e in log["log"][1:])
