@@ -494,7 +494,18 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                          "draft_vocab": args.draft_vocab, "init": args.init},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
+    if args.init:
+        card["init_card"] = init_lineage(Path(args.init))
     (out / "training.json").write_text(json.dumps(card, indent=1))
+
+
+def init_lineage(checkpoint: Path) -> dict | None:
+    """What a fine-tune started from: the --init checkpoint's card (data, training, hardware, its own lineage)."""
+    path = checkpoint / "training.json"
+    if not path.is_file():
+        return None
+    card = json.loads(path.read_text())
+    return {k: card[k] for k in ("drafter", "data", "training", "hardware", "init_card") if k in card}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -52,6 +52,8 @@ def test_finetune_from_export_is_deterministic_resumable_and_loadable(target, ex
     export, prefix_lens = export_dir
     cfg, params = init_dflash(target, num_layers=1, block_size=4, intermediate_size=64, seed=0)
     init = save_dflash(tmp_path / "init", cfg, params)
+    (init / "training.json").write_text(json.dumps({"drafter": "dflash", "data": {"sequences": 7},
+                                                    "training": {"steps": 11}, "curve": []}))
     seqs = train_drafter.export_sequences(target, export, 2, 8, (1, 8))
     assert sorted(seqs.prompt_lens.tolist()) == sorted(prefix_lens * 2)  # each prefix twice (the weight) ...
     assert all(len(f) == n for f, n in zip(seqs.features, np.diff(seqs.offsets), strict=True))  # ... continued
@@ -63,6 +65,8 @@ def test_finetune_from_export_is_deterministic_resumable_and_loadable(target, ex
                for k in ta), "training changed the weights"
     card = json.loads((a / "training.json").read_text())
     assert card["training"]["steps"] == 2 and card["hardware"]["backend"] == "cpu"
+    assert card["training"]["init"] == str(init)  # the lineage: what the fine-tune started from
+    assert card["init_card"] == {"drafter": "dflash", "data": {"sequences": 7}, "training": {"steps": 11}}
     resumed = _train(tmp_path, init, export, "a", steps=3)  # same work dir: continues from step 2
     assert json.loads((resumed / "training.json").read_text())["training"]["steps"] == 3
     drafter = load_drafter(str(resumed), target, k=3)
