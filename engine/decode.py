@@ -246,56 +246,6 @@ def greedy_steps(params, cache, tokens, positions, *, cfg, n_steps: int, capture
     return out.T, feats, cache
 
 
-def greedy_batch(target: Target, prompt_ids: list[np.ndarray], max_new_tokens: int, steps_per_call: int = 16,
-                 capture: tuple[int, ...] = ()) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """Lean greedy decoding for data (self-distillation): the `ar` path without drafting, traces or statistics.
-
-    The same prefill as decode_batch, then `steps_per_call` T=1 target steps per device call; the host only
-    checks for EOS between calls. Returns each prompt's continuation (through its first EOS, at most
-    max_new_tokens): the tokens `generate(..., drafter=ar)` gives, up to float rounding of T=1 vs T=2 steps.
-    With `capture`, also each sequence's target features (layers in capture order, concatenated) for every
-    token of prompt + continuation, [len, F*H] float16 (the last token's row is zero: it was never an input).
-    Shapes depend on (batch, cache bucket): sort prompts by length and keep the batch size fixed."""
-    if not prompt_ids or min(len(p) for p in prompt_ids) < 1:
-        raise GenerationError("greedy_batch needs at least one prompt of at least one token")
-    longest, batch = max(len(p) for p in prompt_ids), len(prompt_ids)
-    if longest + max_new_tokens + steps_per_call > target.cfg.max_position:
-        raise GenerationError(f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's "
-                              f"context of {target.cfg.max_position} tokens")
-    max_len = cache_len_for(longest, max_new_tokens, steps_per_call)
-    cache = init_cache(target.cfg, batch, max_len, target.params["embed"].dtype, target.mesh)
-    cache, chunks = prefill(target, cache, [p[:-1] for p in prompt_ids], capture)
-    tokens = np.array([p[-1] for p in prompt_ids], np.int32)
-    positions = np.array([len(p) - 1 for p in prompt_ids], np.int32)
-    outs, step_feats, done = [], [], np.zeros(batch, bool)
-    for n in range(0, max_new_tokens, steps_per_call):
-        out, feats, cache = greedy_steps(target.params, cache, tokens, positions + n, cfg=target.cfg,
-                                         n_steps=steps_per_call, capture=capture)
-        outs.append(np.asarray(fetch(out)))
-        if capture:
-            step_feats.append(np.asarray(fetch(feats), np.float16))  # [n_steps, F, B, H]
-        tokens = outs[-1][:, -1]
-        done |= np.isin(outs[-1], target.eos_ids).any(axis=1)
-        if done.all():
-            break
-    out = np.concatenate(outs, axis=1)[:, :max_new_tokens]
-    ends = [np.flatnonzero(np.isin(row, target.eos_ids)) for row in out]
-    responses = [row[:e[0] + 1] if e.size else row for row, e in zip(out, ends, strict=True)]
-    if not capture:
-        return responses, None
-    width = len(capture) * target.cfg.hidden_size
-    prompt_f = [np.asarray(fetch(f), np.float16) for f, _ in chunks]  # per chunk [F, B, C, H]
-    prompt_f = np.concatenate(prompt_f, axis=2).transpose(1, 2, 0, 3).reshape(batch, -1, width) if prompt_f else None
-    gen_f = np.concatenate(step_feats).transpose(2, 0, 1, 3).reshape(batch, -1, width)
-    features = []
-    for row, (p, r) in enumerate(zip(prompt_ids, responses, strict=True)):
-        f = np.zeros((len(p) + len(r), width), np.float16)
-        f[:len(p) - 1] = prompt_f[row, :len(p) - 1] if len(p) > 1 else f[:0]
-        f[len(p) - 1:len(p) + len(r) - 1] = gen_f[row, :len(r)]
-        features.append(f)
-    return responses, features
-
-
 def _drain(gen: Generator):
     while True:
         try:

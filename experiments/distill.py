@@ -1,14 +1,15 @@
 """Self-distillation dataset: training prompts answered by the target's own greedy decoding, in shards.
 
-    python -m experiments.distill --out data/distill --prompts 12000 [--max-new 192] [--batch 32] [--shard-size 256]
+    python -m experiments.distill --out data/distill --prompts 12000 [--mix math=0.45,code=0.3,...] [--max-new 192]
+        [--slots 32] [--shard-size 256]
 
 Prompts come from experiments.train_data.build_prompts (seeded; suites held out); responses from the engine's
-lean batched greedy path (engine.decode.greedy_batch: the `ar` decoding without drafting or traces). The
+lean greedy path with continuous batching (engine.continuous: the `ar` decoding without drafting or traces). The
 dataset is a directory of shards plus manifest.json (prompt source, mix, seed, target, counts, sha256 per
 shard). Shard i holds prompts [i*S, (i+1)*S) of the prompt list (those over --max-prompt tokens are skipped
 and counted) as tokens (uint16 when the vocabulary fits), offsets [n+1], prompt_lens [n] and prompt_index [n].
 A shard is written to a temporary file and renamed, then the manifest is rewritten the same way: an
-interrupted run (Ctrl-C, a killed process) loses at most the shard in progress, and running the same command
+interrupted run (Ctrl-C, a killed process) loses only the shards in progress, and running the same command
 again resumes after the last finished shard. A larger --prompts appends shards to an existing dataset.
 """
 
@@ -26,13 +27,14 @@ import numpy as np
 from tqdm import tqdm
 
 from engine import load_target
-from engine.decode import greedy_batch
+from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.drafters import dflash, eagle3
 from engine.target import Target
 from experiments.suites import load_suite
 from experiments.train_data import build_prompts
 
 MANIFEST = "manifest.json"
+STEPS_PER_CALL = 8  # greedy steps per device call: the host sees EOS at most this late
 
 
 def feature_layers(num_target_layers: int) -> tuple[int, ...]:
@@ -91,32 +93,55 @@ def encode_shard(prompts: list[np.ndarray], responses: list[np.ndarray], index: 
             "prompt_index": np.array(index, np.int32)}
 
 
-def distill_shard(target: Target, prompts: list[np.ndarray], max_new: int, batch: int, capture: tuple[int, ...] = (),
-                  on_batch=None) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """Greedy responses (and, with capture, features: see greedy_batch) for prompts, in batches of similar
-    length (a fixed batch size: the last batch is padded with copies, so shapes repeat and nothing recompiles
-    beyond one program per cache bucket). on_batch(sequences, response tokens) is called after each batch."""
-    order = np.argsort([len(p) for p in prompts], kind="stable")
+def greedy_responses(target: Target, prompts: list[np.ndarray], max_new: int, slots: int = 32,
+                     capture: tuple[int, ...] = ()) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Greedy responses (and, with capture, features: see engine.continuous) for a list of prompts, in order."""
+    longest = max((len(p) for p in prompts), default=1)
+    cache_len = cache_len_for_queue(longest, max_new, STEPS_PER_CALL)
     responses: list = [None] * len(prompts)
     features: list | None = [None] * len(prompts) if capture else None
-    for lo in range(0, len(order), batch):
-        rows = list(order[lo:lo + batch])
-        group = [prompts[i] for i in rows] + [prompts[rows[-1]]] * (batch - len(rows))
-        resp, feats = greedy_batch(target, group, max_new, capture=capture)
-        for j, i in enumerate(rows):
-            responses[i] = resp[j]
-            if capture:
-                features[i] = feats[j]
-        if on_batch is not None:
-            on_batch(len(rows), sum(len(responses[i]) for i in rows))
+    for i, resp, feats in greedy_continuous(target, enumerate(prompts), max_new, slots=min(slots, len(prompts)),
+                                            cache_len=cache_len, steps_per_call=STEPS_PER_CALL, capture=capture):
+        responses[i] = resp
+        if capture:
+            features[i] = feats
     return responses, features
 
 
+def prompts_hash(rows: list[dict], idx) -> str:
+    """sha256 of a shard's prompt texts: a resumed or extended dataset checks its shards' prompts are unchanged."""
+    return hashlib.sha256("\x00".join(rows[i]["prompt"] for i in idx).encode()).hexdigest()[:16]
+
+
+def _write_shard(out: Path, manifest: dict, number: int, pending: dict, done: dict, capture: tuple[int, ...],
+                 vocab_size: int, seconds: float, kinds: list[str]) -> None:
+    """Write shard `number` (its prompts all answered), then the manifest; both atomically, shard first."""
+    idx, keep, encoded, kind_of = pending["idx"], pending["keep"], pending["encoded"], pending["kinds"]
+    prompts = [encoded[i] for i in keep]
+    responses = [done[i][0] for i in keep]
+    arrays = encode_shard(prompts, responses, keep, vocab_size)
+    path = out / shard_name(number)
+    if capture:
+        feats = [done[i][1] for i in keep]
+        _atomic_write(out / features_name(number, capture), lambda p, f=feats: _save_npy(p, f))
+    _atomic_write(path, lambda p, a=arrays: _save_npz(p, a))
+    manifest["shards"].append({
+        "file": path.name, "first_prompt": idx[0], "prompts": len(idx), "sequences": len(keep),
+        "skipped_long": len(idx) - len(keep), "tokens": int(len(arrays["tokens"])),
+        "response_tokens": int(sum(len(r) for r in responses)),
+        "kinds": {k: sum(kind_of[i] == k for i in keep) for k in kinds},
+        "seconds": round(seconds, 1), "device": jax.devices()[0].device_kind, "feature_layers": list(capture),
+        "prompts_sha256": pending["prompts_sha256"], "sha256": _sha256(path)})
+    _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+
+
 def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict | None = None, max_new: int = 192,
-        max_prompt: int = 384, batch: int = 32, shard_size: int = 256, features: bool = True,
+        max_prompt: int = 384, slots: int = 32, shard_size: int = 256, features: bool = True,
         suite: str | None = None) -> dict:
     """Generate (or resume, or extend) the dataset in `out` up to n_prompts prompts; returns the manifest.
 
+    One continuous-batching stream (engine.continuous) runs across shards: prompts are admitted in order, and
+    shard i is written as soon as all its prompts are answered, so a killed run loses only unfinished shards.
     features: also keep the target features of every token (feature_layers() of the target, float16, one .npy
     per shard, not committed: ~7 KB per token for SmolLM2) so drafter training needs no feature pass.
     suite: answer the first n_prompts prompts of an evaluation suite instead (an offline evaluation set for
@@ -135,39 +160,52 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
         manifest["shards"].pop()  # a short last shard is redone in full when the dataset grows
     rows = ([{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite)[:n_prompts]] if suite
             else build_prompts(n_prompts, seed, mix))
-    done = len(manifest["shards"]) * shard_size
-    todo = range(done, len(rows), shard_size)
-    bar = tqdm(total=len(rows), initial=min(done, len(rows)), unit="seq", desc="self-distill", smoothing=0.1)
-    t_run, n_tok = time.perf_counter(), 0
+    kinds = sorted({r["kind"] for r in rows})
+    for shard in manifest["shards"]:
+        idx = range(shard["first_prompt"], shard["first_prompt"] + shard["prompts"])
+        if "prompts_sha256" in shard and shard["prompts_sha256"] != prompts_hash(rows, idx):
+            raise DatasetError(f"the prompts of {out / shard['file']} are not the ones the prompt source gives now "
+                               "(its generators changed): extend it with the code that made it, or use another --out")
+    first = len(manifest["shards"])
+    numbers = range(first, -(-len(rows) // shard_size))
+    pending: dict[int, dict] = {}  # shard number -> its prompts, encoded when the stream reaches it
+    done: dict[int, tuple] = {}  # prompt index -> (response, features)
+    bar = tqdm(total=len(rows), initial=min(first * shard_size, len(rows)), unit="seq", desc="self-distill",
+               smoothing=0.05)
+    t_run, t_shard, n_tok = time.perf_counter(), time.perf_counter(), 0
 
-    def on_batch(n_seq: int, n_new: int) -> None:
-        nonlocal n_tok
-        n_tok += n_new
-        bar.update(n_seq)
+    def queue():
+        for number in numbers:
+            idx = list(range(number * shard_size, min((number + 1) * shard_size, len(rows))))
+            encoded = {i: target.encode(rows[i]["prompt"]) for i in idx}
+            keep = [i for i in idx if len(encoded[i]) <= max_prompt]
+            pending[number] = {"idx": idx, "keep": keep, "encoded": encoded,
+                               "kinds": {i: rows[i]["kind"] for i in idx}, "prompts_sha256": prompts_hash(rows, idx)}
+            bar.update(len(idx) - len(keep))
+            yield from ((i, encoded[i]) for i in keep)
+
+    def flush() -> None:
+        nonlocal t_shard
+        while pending:
+            number = min(pending)
+            if any(i not in done for i in pending[number]["keep"]):
+                return
+            shard = pending.pop(number)
+            now = time.perf_counter()
+            _write_shard(out, manifest, number, shard, done, capture, target.cfg.vocab_size, now - t_shard, kinds)
+            t_shard = now
+            for i in shard["keep"]:
+                del done[i]
+
+    stream = greedy_continuous(target, queue(), max_new, slots=slots, steps_per_call=STEPS_PER_CALL,
+                               cache_len=cache_len_for_queue(max_prompt, max_new, STEPS_PER_CALL), capture=capture)
+    for i, response, feats in stream:
+        done[i] = (response, feats)
+        n_tok += len(response)
+        bar.update(1)
         bar.set_postfix(tok_s=f"{n_tok / (time.perf_counter() - t_run):.0f}", tokens=n_tok)
-
-    for lo in todo:
-        idx = list(range(lo, min(lo + shard_size, len(rows))))
-        encoded = [target.encode(rows[i]["prompt"]) for i in idx]
-        keep = [j for j, ids in enumerate(encoded) if len(ids) <= max_prompt]
-        prompts = [encoded[j] for j in keep]
-        t0 = time.perf_counter()
-        responses, feats = distill_shard(target, prompts, max_new, batch, capture, on_batch) if prompts else ([], [])
-        bar.update(len(idx) - len(prompts))
-        arrays = encode_shard(prompts, responses, [idx[j] for j in keep], target.cfg.vocab_size)
-        path = out / shard_name(lo // shard_size)
-        if feats:
-            _atomic_write(out / features_name(lo // shard_size, capture), lambda p, f=feats: _save_npy(p, f))
-        _atomic_write(path, lambda p, a=arrays: _save_npz(p, a))
-        n_resp = int(sum(len(r) for r in responses))
-        manifest["shards"].append({
-            "file": path.name, "first_prompt": lo, "prompts": len(idx), "sequences": len(prompts),
-            "skipped_long": len(idx) - len(prompts), "tokens": int(len(arrays["tokens"])), "response_tokens": n_resp,
-            "kinds": {k: sum(rows[idx[j]]["kind"] == k for j in keep) for k in sorted({r["kind"] for r in rows})},
-            "seconds": round(time.perf_counter() - t0, 1), "device": jax.devices()[0].device_kind,
-            "feature_layers": list(capture),
-            "sha256": _sha256(path)})
-        _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+        flush()
+    flush()  # shards whose prompts were all too long
     bar.close()
     return manifest
 
@@ -204,14 +242,24 @@ def load_dataset(*dirs: str | Path) -> dict:
             "shard_ranges": ranges, "feature_files": feature_files, "feature_layers": layers}
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    """'math=0.45,code=0.3' -> {'math': 0.45, 'code': 0.3}."""
+    try:
+        return {k.strip(): float(v) for k, v in (part.split("=") for part in text.split(","))}
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--mix wants kind=weight pairs separated by commas, got {text!r}") from e
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="data/distill")
     ap.add_argument("--prompts", type=int, required=True, help="dataset size in prompts (resumes / extends)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mix", type=parse_mix, default=None, help="prompt kinds' weights, e.g. math=0.45,code=0.3,"
+                    "sharegpt=0.15,chat=0.1 (default: experiments.train_data.DEFAULT_MIX)")
     ap.add_argument("--max-new", type=int, default=192)
     ap.add_argument("--max-prompt", type=int, default=384)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--slots", type=int, default=32, help="sequences decoded at once (continuous batching)")
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--target", default=None)
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
@@ -219,8 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-features", action="store_true", help="do not keep target features next to the shards")
     args = ap.parse_args(argv)
     target = load_target(args.target, "float32", args.tokenizer)
-    manifest = run(Path(args.out), args.prompts, target=target, seed=args.seed, max_new=args.max_new,
-                   max_prompt=args.max_prompt, batch=args.batch, shard_size=args.shard_size,
+    manifest = run(Path(args.out), args.prompts, target=target, seed=args.seed, mix=args.mix, max_new=args.max_new,
+                   max_prompt=args.max_prompt, slots=args.slots, shard_size=args.shard_size,
                    features=not args.no_features, suite=args.suite)
     n_seq = sum(s["sequences"] for s in manifest["shards"])
     print(f"{args.out}: {len(manifest['shards'])} shards, {n_seq} sequences, "

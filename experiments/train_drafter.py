@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from engine.cache import init_cache
 from engine.drafters import dflash, eagle3
-from engine.drafters.layers import shared_head
+from engine.drafters.layers import head_logits, shared_head
 from engine.model import forward
 from engine.target import Target, load_target
 from experiments import distill
@@ -93,7 +93,7 @@ def export_sequences(target: Target, export_dir: Path, weight: int, max_new: int
     """Rejection prefixes of an annotation export, each continued by the target (engine path), `weight` times."""
     rows = [json.loads(line) for line in (export_dir / "rejections.jsonl").read_text().splitlines() if line.strip()]
     prompts = [np.asarray(r["prefix_ids"], np.int32) for r in rows]
-    responses, feats = distill.distill_shard(target, prompts, max_new, batch=len(prompts), capture=capture)
+    responses, feats = distill.greedy_responses(target, prompts, max_new, capture=capture)
     arrays = distill.encode_shard(prompts, responses, list(range(len(prompts))), target.cfg.vocab_size)
     one = Sequences(arrays["tokens"].astype(np.int32), arrays["offsets"], arrays["prompt_lens"], feats, capture)
     return one.subset(np.tile(np.arange(len(prompts)), weight))
@@ -184,6 +184,25 @@ def valid_runs(runs_fn, params, batches: Iterable[dict[str, np.ndarray]]) -> np.
     return np.concatenate(runs) if runs else np.zeros(0, np.int32)
 
 
+def features_fn(target: Target, layers: tuple[int, ...]):
+    """feats_of(batch, with_last) -> (features [B, T, F*H] of `layers`, final-normed hidden [B, T, H] or None):
+    the batch's stored features when it has them, else one target forward (which also gives the hidden)."""
+    last = target.cfg.num_layers - 1
+    capture = layers + (() if last in layers else (last,))
+    width = len(layers) * target.cfg.hidden_size
+
+    def feats_of(b, with_last: bool = False):
+        if "feats" in b and not with_last:
+            return b["feats"].astype(jnp.float32), None
+        full = target_features(target.params, b["tokens"], cfg=target.cfg, capture=capture if with_last else layers)
+        if not with_last:
+            return full, None
+        i = capture.index(last) * target.cfg.hidden_size
+        return full[..., :width], full[..., i:i + target.cfg.hidden_size]
+
+    return feats_of
+
+
 # ---------------------------------------------------------------- losses and the offline acceptance metric
 
 
@@ -197,28 +216,63 @@ def dflash_labels_in(head_vocab: jax.Array, tokens: jax.Array, lengths: jax.Arra
     return jnp.maximum(labels, 0), valid
 
 
-def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Array):
-    """Cross-entropy over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, acc at row 1).
+def distill_loss(logits: jax.Array, labels: jax.Array, target_probs: jax.Array | None, soft: float) -> jax.Array:
+    """Per-row loss: (1 - soft) * CE(hard label) + soft * KL(target || drafter) over the same vocabulary.
+
+    target_probs (the target's own next-token distribution, [..., V]) is only read when soft > 0; with a
+    one-hot distribution at the label the KL term equals the CE term."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    if not soft:
+        return ce
+    log_q = jax.nn.log_softmax(logits, axis=-1)
+    kl = jnp.sum(jax.scipy.special.xlogy(target_probs, target_probs) - target_probs * log_q, axis=-1)
+    return (1.0 - soft) * ce + soft * kl
+
+
+def next_token_probs(head: dict, last_hidden: jax.Array, rows: jax.Array) -> jax.Array:
+    """The target's distribution over the head's vocabulary for the token after each of `rows` [B, ...]:
+    softmax(head(last_hidden[b, row])), last_hidden [B, T, H] the final-normed hidden (feature id N-1)."""
+    b, t = last_hidden.shape[:2]
+    h = jnp.take_along_axis(last_hidden, jnp.clip(rows, 0, t - 1).reshape(b, -1)[..., None], axis=1)
+    return jax.nn.softmax(head_logits(head, h).reshape(*rows.shape, -1), axis=-1)
+
+
+def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Array, last_hidden=None,
+                soft: float = 0.0):
+    """Distillation loss over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, acc at row 1).
 
     With a training vocabulary (head["lm_head"] holding only its columns), to_vocab maps target ids to its
-    indices (-1: outside, not a label)."""
+    indices (-1: outside, not a label). soft > 0 mixes in KL to the target's distribution (see distill_loss;
+    last_hidden [B, T, H] gives it: row k of anchor a predicts token a+k, from the target's hidden at a+k-1)."""
     logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])  # [B, A, S-1, V]
     labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
     weight = jnp.exp(-jnp.arange(cfg.block_size - 1) / gamma) * valid
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    probs = None
+    if soft:
+        probs = next_token_probs(head, last_hidden, batch["anchors"][..., None] + jnp.arange(cfg.block_size - 1))
+    loss = distill_loss(logits, labels, probs, soft)
     acc = (jnp.argmax(logits, -1) == labels) * valid
     acc1 = acc[..., 0].sum() / jnp.maximum(valid[..., 0].sum(), 1)
-    return (ce * weight).sum() / jnp.maximum(weight.sum(), 1e-9), acc1
+    return (loss * weight).sum() / jnp.maximum(weight.sum(), 1e-9), acc1
 
 
-def eagle3_loss(params, cfg, embed, t2d, feats, batch, steps: int):
-    """Cross-entropy of every TTT step on rows whose label lies in the response; (loss, acc at step 1)."""
+def eagle3_loss(params, cfg, embed, t2d, feats, batch, steps: int, target_head=None, last_hidden=None,
+                soft: float = 0.0):
+    """Distillation loss of every TTT step on rows whose label lies in the response; (loss, acc at step 1).
+
+    soft > 0: target_head is the target's head cut to the draft vocabulary (label of step i at row t is token
+    t+2+i, predicted by the target's hidden at t+1+i)."""
     logits = eagle3.eagle3_train_logits(params, cfg, embed, feats, batch["tokens"], steps)  # [B, steps, T, Vd]
     valid, labels = eagle3_valid(t2d, batch, steps)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    probs = None
+    if soft:
+        t = batch["tokens"].shape[1]
+        rows = jnp.arange(t)[None, None, :] + 1 + jnp.arange(steps)[None, :, None]
+        probs = next_token_probs(target_head, last_hidden, jnp.broadcast_to(rows, (len(batch["tokens"]), steps, t)))
+    loss = distill_loss(logits, labels, probs, soft)
     acc = (jnp.argmax(logits, -1) == labels) & valid
-    return (ce * valid).sum() / jnp.maximum(valid.sum(), 1), acc[:, 0].sum() / jnp.maximum(valid[:, 0].sum(), 1)
+    return (loss * valid).sum() / jnp.maximum(valid.sum(), 1), acc[:, 0].sum() / jnp.maximum(valid[:, 0].sum(), 1)
 
 
 def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
@@ -385,19 +439,15 @@ def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Pa
     to_vocab = np.full(vocab_size, -1, np.int32)
     to_vocab[np.arange(vocab_size) if draft_ids is None else draft_ids] = np.arange(head_width(head))
     to_vocab, ids_map = jnp.asarray(to_vocab), None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
-    columns = feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
-    tcfg, tparams = target.cfg, target.params
-
-    def feats_of(b):
-        if "feats" in b:
-            return b["feats"].astype(jnp.float32)
-        return target_features(tparams, b["tokens"], cfg=tcfg, capture=cfg.target_layer_ids)
+    columns = None if args.soft else feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
+    feats_of = features_fn(target, cfg.target_layer_ids)
 
     def loss_fn(p, b):
-        return dflash_loss(p, cfg, head, feats_of(b), b, args.gamma, to_vocab)
+        feats, last = feats_of(b, with_last=bool(args.soft))
+        return dflash_loss(p, cfg, head, feats, b, args.gamma, to_vocab, last, args.soft)
 
     def runs_fn(p, b):
-        return dflash_runs(p, cfg, head, feats_of(b), b, ids_map)
+        return dflash_runs(p, cfg, head, feats_of(b)[0], b, ids_map)
 
     params, log = train("dflash", loss_fn, runs_fn, params, data, val, args, work / "dflash", columns,
                         cfg.block_size - 1)
@@ -431,21 +481,19 @@ def train_eagle3(target: Target, data: Sequences, val: Sequences, args, work: Pa
                                               intermediate_size=args.intermediate)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
-    embed, tcfg, tparams = params.get("embed", target.params["embed"]), target.cfg, target.params
-    columns = feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
-
-    def feats_of(b):
-        if "feats" in b:
-            return b["feats"].astype(jnp.float32)
-        return target_features(tparams, b["tokens"], cfg=tcfg, capture=cfg.feature_layers)
+    embed = params.get("embed", target.params["embed"])
+    columns = None if args.soft else feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
+    feats_of = features_fn(target, cfg.feature_layers)
+    target_head = dflash.restricted_head(shared_head(target.params), np.arange(len(d2t)) + np.asarray(d2t))
 
     def loss_fn(p, b):
-        return eagle3_loss(p, cfg, embed, t2d, feats_of(b), b, args.ttt_steps)
+        feats, last = feats_of(b, with_last=bool(args.soft))
+        return eagle3_loss(p, cfg, embed, t2d, feats, b, args.ttt_steps, target_head, last, args.soft)
 
     k_eval = args.block_size - 1
 
     def runs_fn(p, b):
-        return eagle3_runs(p, cfg, embed, t2d, feats_of(b), b, k_eval)
+        return eagle3_runs(p, cfg, embed, t2d, feats_of(b)[0], b, k_eval)
 
     params, log = train("eagle3", loss_fn, runs_fn, params, data, val, args, work / "eagle3", columns, k_eval)
     out = eagle3.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, np.asarray(d2t), dtype="bfloat16")
@@ -532,6 +580,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--anchors", type=int, default=48, help="blocks per sequence per step (without replacement)")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
+    ap.add_argument("--soft", type=float, default=0.0,
+                    help="weight of KL to the target's own distribution (0: hard labels only, 1: soft only)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--features", type=int, default=5)
     ap.add_argument("--block-size", type=int, default=8, help="DFlash block (K up to block-1); EAGLE-3 eval K+1")

@@ -10,7 +10,8 @@ import pytest
 
 from engine import generate, load_drafter
 from engine.cache import init_cache
-from engine.decode import greedy_batch
+from engine.continuous import cache_len_for_queue, greedy_continuous
+from engine.decode import GenerationError
 from engine.model import forward
 from experiments import distill
 from experiments.train_drafter import load_sequences, sample_anchors
@@ -20,14 +21,24 @@ PROMPTS = ["What is 12 times 7?", "Write a haiku about rain.",
 MIX = {"math": 0.5, "code": 0.3, "chat": 0.2}  # no sharegpt: the test needs no extra wheel
 
 
-def test_lean_greedy_equals_generate_with_ar_and_its_features_equal_a_full_forward(target):
+def test_continuous_batching_gives_generate_ar_responses_whichever_slot_and_its_features_equal_a_full_forward(target):
     ar = load_drafter("ar", target)
-    ids = [target.encode(p) for p in PROMPTS]
+    prompts = PROMPTS + ["Hi", "Name a colour."]
+    ids = [target.encode(p) for p in prompts]
+    refs = [generate(target, p, drafter=ar, max_new_tokens=24).token_ids for p in prompts]
+    assert len(refs[3]) < 24  # one stops early at EOS: its slot is reused mid-call
     layers = distill.feature_layers(target.cfg.num_layers)
-    responses, feats = greedy_batch(target, ids, 24, steps_per_call=8, capture=layers)
-    for prompt, resp in zip(PROMPTS, responses, strict=True):
-        assert resp.tolist() == generate(target, prompt, drafter=ar, max_new_tokens=24).token_ids, prompt
-    seq = np.concatenate([ids[2], responses[2]])
+    cache_len = cache_len_for_queue(64, 24, 8)
+    for slots in (2, 3):  # 5 prompts over 2 or 3 slots: prompts land in other slots, next to other neighbours
+        order, feats = [], {}
+        for i, resp, f in greedy_continuous(target, enumerate(ids), 24, slots=slots, cache_len=cache_len,
+                                            capture=layers):
+            assert resp.tolist() == refs[i], (slots, prompts[i])
+            order.append(i)
+            feats[i] = f
+        assert sorted(order) == list(range(5))  # each once, in completion order:
+        assert slots == 3 or order.index(3) < order.index(2)  # with 2 slots, "Hi" starts with prompt 2, ends first
+    seq = np.concatenate([ids[2], refs[2]])
     _, full, _ = forward(target.params, init_cache(target.cfg, 1, 128), jnp.asarray(seq[None]),
                          jnp.zeros(1, jnp.int32), cfg=target.cfg, capture=layers, with_logits=False)
     full = np.asarray(full)[:, 0].transpose(1, 0, 2).reshape(len(seq), -1)
@@ -37,25 +48,33 @@ def test_lean_greedy_equals_generate_with_ar_and_its_features_equal_a_full_forwa
     assert np.max(np.abs(got[:-1] - full[:-1]) / scale) < 2e-3
 
 
+def test_continuous_batching_refuses_a_prompt_longer_than_its_cache(target):
+    ids = [np.arange(1, 60, dtype=np.int32)]
+    with pytest.raises(GenerationError, match="need 1..40"):
+        list(greedy_continuous(target, enumerate(ids), 16, slots=1, cache_len=64, steps_per_call=8))
+
+
 def _run(out, n, target, **kw):
-    return distill.run(out, n, target=target, mix=MIX, max_new=8, max_prompt=96, batch=2, shard_size=2, **kw)
+    return distill.run(out, n, target=target, mix=MIX, max_new=8, max_prompt=96, slots=2, shard_size=2, **kw)
 
 
 def test_dataset_resumes_after_an_interruption_without_duplicates_or_gaps(target, tmp_path, monkeypatch):
     fresh = _run(tmp_path / "fresh", 5, target)
-    real, calls = distill.distill_shard, []
+    real = distill.greedy_continuous
 
-    def interrupted(*args, **kw):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # Ctrl-C while the second shard is in progress
-        return real(*args, **kw)
+    def killed_after(n_done):
+        def stream(*args, **kw):
+            for n, item in enumerate(real(*args, **kw)):
+                if n == n_done:
+                    raise KeyboardInterrupt  # a kill between two completions
+                yield item
+        return stream
 
-    monkeypatch.setattr(distill, "distill_shard", interrupted)
+    monkeypatch.setattr(distill, "greedy_continuous", killed_after(3))  # shard 0 written, shard 1 half done
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "resumed", 5, target)
     assert len(distill.read_manifest(tmp_path / "resumed")["shards"]) == 1  # the finished shard survived
-    monkeypatch.setattr(distill, "distill_shard", real)
+    monkeypatch.setattr(distill, "greedy_continuous", real)
     _run(tmp_path / "resumed", 3, target)  # resume to 3 prompts: a short last shard ...
     resumed = _run(tmp_path / "resumed", 5, target)  # ... redone in full when the dataset grows
     assert [s["sha256"] for s in resumed["shards"]] == [s["sha256"] for s in fresh["shards"]]
@@ -71,8 +90,13 @@ def test_dataset_resumes_after_an_interruption_without_duplicates_or_gaps(target
 def test_dataset_refuses_other_settings_and_corrupt_shards(target, tmp_path):
     _run(tmp_path, 2, target, features=False)
     with pytest.raises(distill.DatasetError, match="other settings"):
-        distill.run(tmp_path, 2, target=target, mix=MIX, max_new=9, max_prompt=96, batch=2, shard_size=2)
+        distill.run(tmp_path, 2, target=target, mix=MIX, max_new=9, max_prompt=96, slots=2, shard_size=2)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
+    changed = {**manifest, "shards": [{**manifest["shards"][0], "prompts_sha256": "0" * 16}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(changed))  # as if the prompt generators had changed since
+    with pytest.raises(distill.DatasetError, match="generators changed"):
+        _run(tmp_path, 4, target, features=False)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / manifest["shards"][0]["file"]).write_bytes(b"not a shard")
     with pytest.raises(distill.DatasetError, match="checksum"):
         distill.load_dataset(tmp_path)

@@ -132,3 +132,46 @@ def test_finetune_evaluates_its_init_and_keeps_it_when_training_never_beats_it(t
     assert log["log"][0]["tau_est"] == [2.0, 3.0, 4.0] and log["best"]["step"] == 0
     assert float(best["w"]) == 0.0
     assert all(max(e["tau_est"]) < 4.0 for e in log["log"][1:])
+
+
+def test_soft_target_loss_equals_cross_entropy_when_the_target_distribution_is_one_hot():
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(3, 5, 11)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 11, size=(3, 5)))
+    ce = train_drafter.distill_loss(logits, labels, None, 0.0)
+    one_hot = jax.nn.one_hot(labels, 11)
+    for soft in (0.3, 1.0):
+        np.testing.assert_allclose(train_drafter.distill_loss(logits, labels, one_hot, soft), ce, rtol=1e-5)
+    spread = jax.nn.softmax(jnp.asarray(rng.normal(size=(3, 5, 11)), jnp.float32))  # a real distribution: KL differs
+    assert not np.allclose(train_drafter.distill_loss(logits, labels, spread, 1.0), ce, rtol=1e-2)
+    kl_self = train_drafter.distill_loss(jnp.log(spread), labels, spread, 1.0)
+    np.testing.assert_allclose(kl_self, 0.0, atol=1e-5)  # KL(p || p) = 0
+
+
+def test_soft_targets_are_the_targets_next_token_distribution_at_each_label(target):
+    """Row k of anchor a is distributed as the target's prediction of token a+k (self-distilled data: its argmax
+    is the label itself), for DFlash blocks and EAGLE-3 TTT steps alike."""
+    ar = load_drafter("ar", target)
+    prompt = target.encode("Name three fruits.")
+    tokens = np.array([np.concatenate([prompt, generate(target, "Name three fruits.", drafter=ar,
+                                                        max_new_tokens=12).token_ids])], np.int32)
+    feats_of = train_drafter.features_fn(target, (1, 8))
+    feats, last = feats_of({"tokens": jnp.asarray(tokens)}, with_last=True)
+    assert feats.shape == (1, tokens.shape[1], 2 * target.cfg.hidden_size)
+    head = train_drafter.shared_head(target.params)
+    anchors = jnp.asarray([[len(prompt) - 1, len(prompt) + 3]])
+    rows = anchors[..., None] + jnp.arange(4)  # block rows 1..4 predict tokens a+1..a+4 from hidden rows a..a+3
+    probs = train_drafter.next_token_probs(head, last, rows)
+    assert probs.shape == (1, 2, 4, target.cfg.vocab_size)
+    np.testing.assert_array_equal(np.argmax(probs, -1)[0], tokens[0][np.asarray(rows[0]) + 1])
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_anchors_cover_every_valid_response_position_when_enough_are_asked():
+    rng = np.random.default_rng(1)
+    lengths, prompt_lens = np.array([300, 40, 9, 20]), np.array([30, 39, 9, 5])
+    anchors, valid = train_drafter.sample_anchors(rng, lengths, prompt_lens, 512)
+    assert anchors.shape == (4, 512)
+    for a, v, n, p in zip(anchors, valid, lengths, prompt_lens, strict=True):
+        assert a[v].tolist() == list(range(p - 1, n - 1))  # every anchor whose next token is a response token
+        assert not a[~v].any()
