@@ -7,6 +7,8 @@
 - code: HumanEval-like tasks in several prompt forms: synthetic functions (signature, docstring and doctest
   examples computed by a reference implementation) and Python standard-library signatures and docstrings.
 - chat: MT-Bench-like instructions from templates over topics, roles and audiences.
+- drill: procedural number prompts (sequences to continue, counting, tables, arithmetic, school algebra; see
+  experiments/drill_prompts.py). Not in DEFAULT_MIX: ask for it with a mix.
 
 Every prompt that repeats or overlaps an evaluation suite is dropped (SuiteHoldout). Everything is
 deterministic given the seed (and the Python version: the stdlib code tasks read the running interpreter).
@@ -33,9 +35,10 @@ from functools import lru_cache, reduce
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from experiments.drill_prompts import drill_prompt
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, load_suite, package_file
 
-KINDS = ("math", "code", "chat", "sharegpt")
+KINDS = ("math", "code", "chat", "sharegpt", "drill")
 DEFAULT_MIX = {"math": 0.3, "code": 0.3, "sharegpt": 0.3, "chat": 0.1}
 
 # ---------------------------------------------------------------- ShareGPT
@@ -1100,7 +1103,7 @@ def chat_prompt(rng: random.Random) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- mixture
 
-GENERATORS = {"math": math_prompt, "code": code_prompt, "chat": chat_prompt}
+GENERATORS = {"math": math_prompt, "code": code_prompt, "chat": chat_prompt, "drill": drill_prompt}
 
 
 def _candidates(kind: str, seed: int) -> Iterator[tuple[str, str]]:

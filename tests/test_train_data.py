@@ -124,11 +124,11 @@ def test_build_prompts_mixture_determinism_and_prefixes():
     assert rows != td.build_prompts(1000, seed=4)
     texts = [r["prompt"] for r in rows]
     assert len(set(texts)) == len(texts) == 1000
-    counts = {k: sum(r["kind"] == k for r in rows) for k in td.KINDS}
+    counts = {k: sum(r["kind"] == k for r in rows) for k in td.DEFAULT_MIX}
     for kind, share in td.DEFAULT_MIX.items():
         assert abs(counts[kind] / 1000 - share) < 0.05, counts
     head = rows[:100]  # any prefix is a mixture
-    assert {r["kind"] for r in head} == set(td.KINDS)
+    assert {r["kind"] for r in head} == set(td.DEFAULT_MIX)
     sharegpt = set(td.sharegpt_prompts())
     assert all(r["prompt"] in sharegpt for r in rows if r["kind"] == "sharegpt")
     assert all(r["source"] == "sharegpt" or r["source"].startswith(r["kind"] + "/") for r in rows)
@@ -151,7 +151,7 @@ def _suite_ngrams(n: int = 10) -> set[tuple[str, ...]]:
 def test_built_prompts_hold_out_the_suites():
     holdout, grams = td.suite_holdout(), _suite_ngrams()
     rows = td.build_prompts(3000, seed=0)
-    assert {r["kind"] for r in rows} == set(td.KINDS)
+    assert {r["kind"] for r in rows} == set(td.DEFAULT_MIX)
     for r in rows:
         assert not holdout.rejects(r["prompt"]), r
         words = re.findall(r"\w+", r["prompt"].lower())
@@ -185,3 +185,20 @@ def test_holdout_ignores_boilerplate_and_wrapper():
     assert holdout.rejects("so a baker sells forty loaves on monday and twice as many, right?")
     assert not holdout.rejects(HUMANEVAL_TEMPLATE.format(prompt="def g(y):\n    return y\n"))
     assert holdout.rejects(suite[-1].lower())
+
+
+def test_drill_prompts_are_varied_and_their_sequences_are_progressions():
+    from experiments.drill_prompts import DRILLS
+
+    rows = td.build_prompts(600, seed=0, mix={"drill": 1.0})
+    assert len({r["prompt"] for r in rows}) == 600
+    assert {r["source"] for r in rows} == {f"drill/{name}" for name in DRILLS}
+    shown = [r["prompt"].split(": ", 1)[1] for r in rows if r["source"] == "drill/continue_sequence"]
+    assert len(shown) > 40
+    for text in shown:
+        numbers = [int(x) for x in re.findall(r"-?\d+", text.replace(" - ", " , "))]
+        steps = {b - a for a, b in zip(numbers, numbers[1:], strict=False)}
+        assert len(numbers) >= 3 and len(steps) == 1 and 0 not in steps, text
+    # the default mix stays what it was: drill only comes in when a mix asks for it
+    assert td.build_prompts(50, seed=0) == td.build_prompts(60, seed=0)[:50]
+    assert "drill" not in {r["kind"] for r in td.build_prompts(300, seed=0)}
