@@ -75,10 +75,13 @@ def sweeps(h: History) -> dict[str, dict]:
     for sweep_id, rows in sorted(groups.items(), key=lambda kv: kv[1][0]["created_at"], reverse=True):
         r = rows[0]
         ks = [x["k"] for x in rows]
-        drafter = f" · draft {r['drafter']}" if r["drafter"] else " · verify only"
-        out[sweep_id] = {"rows": rows, "short": f"{r['hardware']} · ctx {r['context']} · {r['created_at']:%m-%d %H:%M}",
-                         "label": f"{r['hardware']} · {r['model']} {r['dtype']} · ctx {r['context']} · K {min(ks)}-"
-                                  f"{max(ks)}{drafter} · {r['created_at']:%Y-%m-%d %H:%M}"}
+        drafter = f"draft {r['drafter']}" if r["drafter"] else "verify only"
+        when, tag = f"{r['created_at']:%m-%d %H:%M:%S}", sweep_id[-4:]  # uuidv7: random tail, unique per sweep
+        out[sweep_id] = {"rows": rows,
+                         "short": f"{r['hardware']} · {drafter} · K {min(ks)}-{max(ks)} · ctx {r['context']} · {when}"
+                                  f" · {tag}",
+                         "label": f"{r['hardware']} · {r['model']} {r['dtype']} · {drafter} · K {min(ks)}-{max(ks)} · "
+                                  f"ctx {r['context']} · {r['created_at']:%Y-%m-%d} {when[6:]} · {tag}"}
     return out
 
 

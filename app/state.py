@@ -85,16 +85,32 @@ class Workbench:
 
     def drafter(self, label: str, k: int | None = None) -> engine.Drafter:
         """A drafter by its label drafting K tokens per step (cached per label and K). K None: its default K here
-        (default_k); ar drafts nothing and ignores K; any other drafter refuses K < 1."""
+        (default_k); ar drafts nothing and ignores K; any other drafter takes K in 1..its max_k (check_k)."""
         if label not in self.sources:
             raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(self.sources)}")
-        if label != "ar" and k is not None and k < 1:
-            raise AppError(f"K={k}: {label} drafts 1 or more tokens per step (its default here is K="
-                           f"{self.default_k[label]}); K=0 means no drafting, which is the ar drafter")
+        if label != "ar" and k is not None:
+            k = self.check_k(label, k)
         key = (label, self.default_k[label] if k is None or label == "ar" else k)
         if key not in self._cache:
             self._cache[key] = engine.load_drafter(self.sources[label], self.target, k=key[1])
         return self._cache[key]
+
+    def max_k(self, label: str) -> int:
+        """The largest K the drafter `label` drafts (0 for ar)."""
+        return self.drafter(label).max_k
+
+    def check_k(self, label: str, k) -> int:
+        """K as an int in 1..max_k(label), else the one AppError every tab shows for a K this drafter refuses."""
+        hi = self.max_k(label)
+        try:
+            number = float(k)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not number.is_integer() or not 1 <= number <= hi:
+            raise AppError(f"K for {label} must be a whole number in 1..{hi} (its default here is "
+                           f"{self.default_k[label]}), got {k!r}" + ("; K=0 means no drafting: that is the ar drafter"
+                                                                    if number == 0 else ""))
+        return int(number)
 
     def measured_speedups(self) -> dict[str, tuple[float, int]]:
         """{label: (best measured speedup over ar, its K)} for loaded drafters, greedy, batch 1, on this device:

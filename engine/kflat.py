@@ -68,9 +68,10 @@ def draft_ms(target: Target, drafter, context: int, max_len: int, repeats: int =
 
 
 def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str | None = None,
-                  repeats: int = 5, on_k: Callable[[int, int], None] | None = None) -> list[dict]:
+                  repeats: int = 5, on_k: Callable[[int, int], None] | None = None,
+                  on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies. on_k(i, K) is called
-    before the i-th K is compiled and timed (progress)."""
+    before the i-th K is compiled and timed (progress), on_row(row) as soon as its row is measured (to store it)."""
     max_len = cache_len_for(context, 0, max(ks) + 1)
     rows = []
     for i, k in enumerate(ks):
@@ -80,6 +81,8 @@ def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str
         if drafter_name and drafter_name != "ar":
             row["draft_ms"] = draft_ms(target, load_drafter(drafter_name, target, k=k), context, max_len, repeats)
         rows.append(row)
+        if on_row is not None:
+            on_row(row)
     return rows
 
 

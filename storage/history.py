@@ -273,11 +273,14 @@ class History:
     # -- K-flatness ---------------------------------------------------------------------------------
 
     def write_kflat(self, rows: list[dict], hardware: str, backend: str | None, model: str | None,
-                    dtype: str | None, drafter: str | None = None) -> str:
-        """Store one sweep of {context, k, verify_ms, draft_ms?, drafter?, ...} rows; return its sweep_id."""
-        created_at = _utcnow()
+                    dtype: str | None, drafter: str | None = None, sweep_id: str | None = None) -> str:
+        """Store one sweep of {context, k, verify_ms, draft_ms?, drafter?, ...} rows; return its sweep_id.
+
+        sweep_id: add the rows to that stored sweep (a sweep written K by K as each completes)."""
         with self._transaction("write the K-flatness sweep") as con:
-            sweep_id = _first(con, "SELECT uuidv7()::VARCHAR")[0]
+            created_at = (_first(con, "SELECT min(created_at) FROM kflat WHERE sweep_id = ?", [sweep_id])[0]
+                          if sweep_id else None) or _utcnow()
+            sweep_id = sweep_id or _first(con, "SELECT uuidv7()::VARCHAR")[0]
             table = []
             for r in rows:
                 extra = {k: v for k, v in r.items() if k not in KFLAT_KEYS}

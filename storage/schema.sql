@@ -202,12 +202,14 @@ FROM steps s JOIN runs r USING (run_id)
 GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
 
 -- Speedup over ar measured like for like: each finished drafter run paired with the ar run of the same
--- comparison group on the same prompt, settings and machine; summed ar decode seconds over summed drafter
--- decode seconds (prefill excluded). Feeds the app's default drafter and K.
+-- comparison group on the same prompt, settings and machine; the drafter's decode tokens per second over ar's
+-- (summed tokens / summed decode seconds on each side, prefill excluded), so outputs of different lengths (T > 0,
+-- an early EOS) compare rates, not durations. Feeds the app's default drafter and K.
 CREATE OR REPLACE VIEW measured_speedup AS
 SELECT d.target, d.dtype, d.device_kind, d.batch, d.temperature, d.drafter, d.drafter_checkpoint, d.k,
        count(*) AS n_pairs,
-       sum(a.decode_s) / nullif(sum(d.decode_s), 0) AS speedup,
+       (sum(d.n_generated) / nullif(sum(d.decode_s), 0))
+           / nullif(sum(a.n_generated) / nullif(sum(a.decode_s), 0), 0) AS speedup,
        avg(d.tau) AS tau
 FROM runs d
 JOIN runs a ON a.comparison_group = d.comparison_group AND a.drafter = 'ar' AND a.status = 'done'

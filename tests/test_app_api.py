@@ -47,8 +47,9 @@ def test_generate_streams_escapes_and_stores(client, history):
 
 @pytest.mark.parametrize("args, expected", [
     (("", "ngram", 4, 0.0, 16, False), "the prompt is empty"),
-    (("hi", "ngram", -2, 0.0, 16, False), "K must be a whole number"),
-    (("hi", "ngram", 100, 0.0, 16, False), "must be an integer in 1..64"),
+    (("hi", "ngram", -2, 0.0, 16, False), "K for ngram must be a whole number in 1..64"),
+    (("hi", "ngram", 100, 0.0, 16, False), "K for ngram must be a whole number in 1..64"),
+    (("hi", "dflash", 8, 0.0, 16, False), "K for dflash must be a whole number in 1..7"),
     (("hi", "ngram", 4, 0.0, 0, False), "max new tokens must be"),
     (("hi", "nope", 4, 0.0, 16, False), "drafter 'nope' is not loaded"),
     (("word " * 9000, "ngram", 4, 0.0, 16, False), "context"),
@@ -147,7 +148,8 @@ def test_compare_starts_from_the_generate_defaults_and_brings_its_ar(client, his
     assert [r["drafter"] for r in runs] == ["ar", drafter, *others]  # ar ran first: none was stored for this prompt
     assert runs[1]["k"] == k and "ar on this prompt and settings, just run" in out[1]
     assert "pick 2 to 4" in client.predict("hi", ["ngram"], "", 0.0, 8, api_name="/compare")[0]
-    assert "K must be a whole number" in client.predict("hi", ["ngram", "ar"], "2.5", 0.0, 8, api_name="/compare")[0]
+    assert "K for ngram must be a whole number in 1..64" in client.predict("hi", ["ngram", "ar"], "2.5", 0.0, 8,
+                                                                           api_name="/compare")[0]
 
 
 def test_kflat_sweep_is_stored_and_plotted(client, history):
@@ -167,6 +169,13 @@ def test_kflat_sweep_is_stored_and_plotted(client, history):
     assert curve["y"] == pytest.approx(expected)
     bad = client.predict("1,x", 32, 1, "ngram", [], None, api_name="/kflat_sweep")
     assert "error" in bad[0]
+
+
+def test_kflat_refuses_a_k_the_timed_drafter_cannot_draft_before_anything_runs(client, history):
+    before = len(history.list_kflat())
+    status = client.predict("1,2,4,8", 32, 1, "dflash", [], None, api_name="/kflat_sweep")[0]
+    assert "K for dflash must be a whole number in 1..7" in status and "got 8" in status
+    assert len(history.list_kflat()) == before  # nothing compiled, timed or stored
 
 
 def test_annotate_and_export(client, history, app_server):

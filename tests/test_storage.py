@@ -325,6 +325,21 @@ def test_kflat_round_trip(history: History) -> None:
 # -- views -----------------------------------------------------------------------------------------
 
 
+def test_sweeps_written_k_by_k_are_one_sweep_and_same_minute_sweeps_are_told_apart(history: History) -> None:
+    from app import queries
+
+    meta = dict(hardware="cpu: test 2 cores", backend="cpu", model="tiny", dtype="float32", drafter="dflash")
+    sweep = history.write_kflat([{"context": 32, "k": 1, "verify_ms": 2.0}], **meta)
+    assert history.write_kflat([{"context": 32, "k": 2, "verify_ms": 2.5}], **meta, sweep_id=sweep) == sweep
+    other = history.write_kflat([{"context": 32, "k": 1, "verify_ms": 2.1}, {"context": 32, "k": 2, "verify_ms": 2.6}],
+                                **meta)
+    stored = queries.sweeps(history)
+    rows = stored[sweep]["rows"]
+    assert [r["k"] for r in rows] == [1, 2] and len({r["created_at"] for r in rows}) == 1
+    assert stored[sweep]["short"] != stored[other]["short"] and stored[sweep]["label"] != stored[other]["label"]
+    assert "draft dflash · K 1-2 · ctx 32" in stored[sweep]["short"]
+
+
 def test_views_match_hand_computed_values(history: History) -> None:
     # ngram, k=3: accepted per step 0,1,3,2,3 and one short block (2 drafted, 2 accepted).
     history.write_run(make_result([0, 1, 3]), suite="s")
@@ -363,6 +378,19 @@ def test_views_match_hand_computed_values(history: History) -> None:
     history.write_run(make_result([3, 3], compiles=2), suite="cold")  # timed while compiling: no tok/s
     cold = history.query("SELECT n_runs, tau, tok_per_s FROM drafter_comparison WHERE suite = 'cold'")
     assert cold == [{"n_runs": 1, "tau": 4.0, "tok_per_s": None}]
+
+
+def test_measured_speedup_compares_tokens_per_second_when_lengths_differ(history: History) -> None:
+    """At T > 0 the ar reference may stop at EOS long before the drafter's run: rates are compared, not seconds."""
+    def run(drafter: str, accepted: list[int], decode_s: float) -> dict:
+        result = make_result(accepted, drafter=drafter, temperature=0.8, max_new_tokens=128)
+        result["stats"]["decode_s"] = decode_s
+        return result
+
+    history.write_run(run("ar", [0] * 50, 5.0), prompt="p", comparison_group="g")  # 50 tokens in 5 s: 10 tok/s
+    history.write_run(run("dflash", [3] * 32, 8.0), prompt="p", comparison_group="g")  # 128 tokens in 8 s: 16 tok/s
+    rows = history.query("SELECT drafter, n_pairs, speedup FROM measured_speedup")
+    assert rows == [{"drafter": "dflash", "n_pairs": 1, "speedup": pytest.approx(1.6)}]  # decode seconds: 0.625x
 
 
 # -- export ----------------------------------------------------------------------------------------

@@ -17,22 +17,27 @@ DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one run on the ac
 DEFAULT_MAX_NEW = 128  # max new tokens every tab starts from
 
 
-def quiet_bounds(slider: gr.Slider) -> gr.Slider:
-    """The slider, an out-of-range API value refused with Gradio's message as before but logged as one line: the
-    stock Slider's gr.Error is logged with a whole traceback. (A gr.Slider subclass would make Gradio write a .pyi
-    stub beside this file.)"""
-    check = slider.preprocess
+def temperature_input(elem_id: str) -> gr.Number:
+    """The temperature field: a number box in 0..2 (a slider's box would clamp a typed -1 to 0 and run greedy).
 
-    def preprocess(payload: float) -> float:
+    An out-of-range value, typed or sent through the API, is refused with Gradio's message before anything runs,
+    and logged as one line (the stock gr.Error is logged with a whole traceback)."""
+    field = gr.Number(value=0.0, minimum=0.0, maximum=2.0, step=0.05, label="temperature (0 = greedy, at most 2)",
+                      elem_id=elem_id)
+    check = field.preprocess
+
+    def preprocess(payload: float | None) -> float:
         try:
+            if payload is None:
+                raise gr.Error("temperature is empty: give a number in 0..2 (0 = greedy)")
             return check(payload)
         except gr.Error as e:
             e.print_exception = False
-            print(f"draftscope: refused {slider.label} = {payload!r}: {e.message}", flush=True)
+            print(f"draftscope: refused temperature = {payload!r}: {e.message}", flush=True)
             raise
 
-    slider.preprocess = preprocess
-    return slider
+    field.preprocess = preprocess
+    return field
 
 
 def output_text(wb: Workbench, steps: list[dict]) -> str:

@@ -24,8 +24,8 @@ from .common import (
     best_drafter,
     example_table,
     output_text,
-    quiet_bounds,
     session_of,
+    temperature_input,
     wire_stop,
 )
 from .generate import MAX_NEW, status_of
@@ -52,7 +52,7 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
         labels = sorted(labels or [], key=lambda label: label != "ar")
         if not 2 <= len(labels) <= SLOTS:
             raise AppError(f"pick 2 to {SLOTS} drafters to compare, not {len(labels)}")
-        k = None if not str(k or "").strip() else as_int(k, "K", 1, 1024)
+        k = None if not str(k if k is not None else "").strip() else k  # checked against each drafter below
         max_new = as_int(max_new, "max new tokens", 1, MAX_NEW)
         if not (prompt or "").strip():
             raise AppError("the prompt is empty: type some text to generate from")
@@ -103,7 +103,7 @@ def build(wb: Workbench, tab: gr.Tab, generate_prompt: gr.Textbox) -> None:
             with gr.Row():
                 k = gr.Textbox(value="", label=k_label(wb), placeholder="each drafter's default", elem_id="cmp-k")
                 max_new = gr.Number(value=DEFAULT_MAX_NEW, precision=0, label="max new tokens", elem_id="cmp-max")
-            temperature = quiet_bounds(gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature"))
+            temperature = temperature_input(elem_id="cmp-temperature")
             with gr.Row():
                 run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
                 stop = gr.Button("Stop", variant="stop")

@@ -17,8 +17,8 @@ from .common import (
     drafter_dropdown,
     example_table,
     output_text,
-    quiet_bounds,
     session_of,
+    temperature_input,
     unavailable_md,
     wire_stop,
 )
@@ -41,6 +41,14 @@ def prefill_status(wb: Workbench, label: str, prompt: str) -> str:
     return message_html(f"{label}: prefilling {len(wb.target.encode(prompt)):,} prompt tokens …")
 
 
+def k_field(wb: Workbench, label: str) -> dict:
+    """The K field for a drafter: its default K and range in the info line; blank and locked for ar."""
+    if label not in wb.sources or label == "ar":
+        return {"value": None, "interactive": False, "info": "ar drafts nothing: no K"}
+    return {"value": wb.default_k[label], "interactive": True,
+            "info": f"{label}: a whole number in 1..{wb.max_k(label)} (default {wb.default_k[label]})"}
+
+
 def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_new, with_ar: bool,
              request: gr.Request | None = None) -> Iterator[tuple[str, str, str, str, str]]:
     """Stream (block view, stats, status, run_id, plain output) after each verify step."""
@@ -52,7 +60,7 @@ def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_
         return view, "", running if live.status == "running" else status_of(live), live.run_id or "", text
 
     try:
-        k = as_int(k, "K", 0, 1024)
+        k = None if label == "ar" else wb.check_k(label, k)
         max_new = as_int(max_new, "max new tokens", 1, MAX_NEW)
         wb.drafter(label, k)  # a K this drafter refuses stops here, before any ar run
         reference = None
@@ -84,10 +92,9 @@ def build(wb: Workbench) -> gr.Textbox:
         with gr.Column(scale=2):
             drafter = drafter_dropdown(wb, elem_id="gen-drafter", allow_custom_value=True)
             with gr.Row():
-                k = gr.Number(value=wb.default_k[drafter.value], label="K: drafted tokens per step (a whole number "
-                              ">= 1; ar ignores it)", elem_id="gen-k")
+                k = gr.Number(**k_field(wb, drafter.value), label="K: drafted tokens per step", elem_id="gen-k")
                 max_new = gr.Number(value=DEFAULT_MAX_NEW, precision=0, label="max new tokens", elem_id="gen-max")
-            temperature = quiet_bounds(gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)"))
+            temperature = temperature_input(elem_id="gen-temperature")
             with_ar = gr.Checkbox(label="run ar on this prompt again for the speedup (otherwise the stored ar run "
                                         "with this prompt and settings is used, and ar runs first when there is none)")
             with gr.Row():
@@ -114,7 +121,7 @@ def build(wb: Workbench) -> gr.Textbox:
     prompt.submit(start, inputs, outputs, api_visibility="private", **DEVICE)
 
     wire_stop(wb, stop, api_name="stop")
-    drafter.change(lambda label: wb.default_k.get(label, 0), drafter, k, api_visibility="private")
+    drafter.change(lambda label: gr.update(**k_field(wb, label)), drafter, k, api_visibility="private")
 
     def load_dir(checkpoint_dir):
         try:

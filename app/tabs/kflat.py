@@ -50,6 +50,14 @@ def note_html(text: str) -> str:
     return message_html(text, "warn") if text else ""
 
 
+def default_ks(wb: Workbench, drafter: str | None) -> str:
+    """The K list a sweep starts from: powers of two up to 64, cut to what the timed drafter drafts (its max K
+    last), so the default sweep always runs."""
+    hi = 64 if drafter in (None, "", NO_DRAFTER, "ar") or drafter not in wb.sources else min(64, wb.max_k(drafter))
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k < hi] + [hi]
+    return ",".join(map(str, ks))
+
+
 def drafter_choices(wb: Workbench) -> list[str]:
     """Choices for timing a drafter's propose() too (ar proposes nothing)."""
     return [NO_DRAFTER] + [x for x in wb.drafter_labels if x != "ar"]
@@ -85,20 +93,33 @@ def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_d
         label = None if drafter in (None, "", NO_DRAFTER, "ar") else drafter
         if label and label not in wb.sources:
             raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(wb.drafter_labels)}")
+        for k in ks if label else ():  # a K the timed drafter refuses stops here, before anything is compiled
+            wb.check_k(label, k)
         timed = f"verify and {label}'s draft" if label else "verify"
-
-        def on_k(i: int, k: int) -> None:
-            if progress is not None:
-                progress((i, len(ks)), desc=f"K={k}: compiling, then timing {timed} x{repeats}", unit="K")
-
-        rows = measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats, on_k)
-        rows = [{**r, "context": context} for r in rows]
-        sweep_id = wb.history.write_kflat(rows, hardware=wb.hardware, backend=jax.default_backend(),
-                                          model=wb.target.name, dtype=wb.target.dtype,
-                                          drafter=wb.drafter(label).name if label else None)
     except USER_ERRORS as e:
         gr.Warning(str(e))
         return (message_html(f"error: {e}", "error"), gr.update(), gr.update(), *figures(wb, selected, acc_drafter)[:2])
+    rows, stored = [], {"sweep_id": None}
+
+    def on_k(i: int, k: int) -> None:
+        if progress is not None:
+            progress((i, len(ks)), desc=f"K={k}: compiling, then timing {timed} x{repeats}", unit="K")
+
+    def on_row(row: dict) -> None:  # each K is stored as soon as it is timed: a later failure loses nothing
+        rows.append({**row, "context": context})
+        stored["sweep_id"] = wb.history.write_kflat(rows[-1:], hardware=wb.hardware, backend=jax.default_backend(),
+                                                    model=wb.target.name, dtype=wb.target.dtype,
+                                                    drafter=wb.drafter(label).name if label else None,
+                                                    sweep_id=stored["sweep_id"])
+
+    try:
+        measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats, on_k, on_row)
+    except USER_ERRORS as e:
+        gr.Warning(str(e))
+        kept = f"; the {len(rows)} K timed before it are stored as sweep {stored['sweep_id']}" if rows else ""
+        return (message_html(f"error: {e}{kept}", "error"), gr.update(choices=sweep_choices(wb)), gr.update(),
+                *figures(wb, selected, acc_drafter)[:2])
+    sweep_id = stored["sweep_id"]
     selected = [sweep_id] + [s for s in (selected or []) if s != sweep_id]
     latency, speed, _ = figures(wb, selected, acc_drafter)  # its note goes to the note line (redraw)
     text = "; ".join(f"K={r['k']}: verify {r['verify_ms']:.1f} ms" + ("" if r["draft_ms"] is None else
@@ -117,13 +138,14 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
                 "up to K, ar step = verify(K=1). A sweep that did not time that drafter's draft step gives a "
                 "verify-only estimate, labelled as such.")
     accept = acceptance_choices(wb)
+    timed = timed_default(wb, accept[0] if accept else None)
     with gr.Row():
-        ks = gr.Textbox(value="1,2,4,8,16,32,64", label="K values", elem_id="kf-ks")
+        ks = gr.Textbox(value=default_ks(wb, timed), label="K values (the timed drafter's range: 1..its max K)",
+                        elem_id="kf-ks")
         context = gr.Number(value=256, precision=0, label="context length")
         repeats = gr.Number(value=5, precision=0, label="repeats per K")
-        drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed_default(wb, accept[0] if accept else None),
-                              label="also time this drafter's draft step", allow_custom_value=True,
-                              elem_id="kf-drafter")
+        drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed, label="also time this drafter's draft step",
+                              allow_custom_value=True, elem_id="kf-drafter")
         run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
     with gr.Row():
         stored = sweep_choices(wb)
@@ -154,6 +176,7 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     gr.on([selected.change, acc_drafter.change], redraw, [selected, acc_drafter], [latency, speed, note],
           api_visibility="private")
     acc_drafter.change(lambda chosen: timed_default(wb, chosen), acc_drafter, drafter, api_visibility="private")
+    drafter.change(lambda chosen: default_ks(wb, chosen), drafter, ks, api_visibility="private")
 
     def refresh(selected, acc_drafter):
         sweeps, choices = sweep_choices(wb), acceptance_choices(wb)

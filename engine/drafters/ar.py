@@ -10,6 +10,7 @@ from .base import Proposal
 class ArDrafter:
     name = "ar"
     k = 0
+    max_k = 0
     feature_layers: tuple[int, ...] = ()
     checkpoint = None
 

@@ -42,6 +42,7 @@ class Proposal:
 class Drafter(Protocol):
     name: str
     k: int  # tokens drafted per step (0: no drafting)
+    max_k: int  # the largest k it drafts (0: ar)
     feature_layers: tuple[int, ...]  # target layers whose outputs extend() receives
     checkpoint: str | None  # where the weights came from (None: no weights)
 

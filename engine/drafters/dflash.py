@@ -312,15 +312,15 @@ class DFlashDrafter:
         if self.draft_ids is not None:
             self.head = restricted_head(self.head, self.draft_ids)
         self.mesh = target.mesh
-        self.block_size = cfg.block_size
-        self.k = check_k(cfg.block_size - 1 if k is None else k, cfg.block_size - 1, self.name)
+        self.block_size, self.max_k = cfg.block_size, cfg.block_size - 1
+        self.k = check_k(self.max_k if k is None else k, self.max_k, self.name)
         self.feature_layers = cfg.target_layer_ids
         self.checkpoint = checkpoint
 
     def with_k(self, k: int) -> DFlashDrafter:
         """The same drafter (shared params) drafting k tokens per step."""
         other = copy.copy(self)
-        other.k = check_k(k, self.cfg.block_size - 1, self.name)
+        other.k = check_k(k, self.max_k, self.name)
         return other
 
     def start(self, prompts: list[np.ndarray], max_len: int) -> DFlashState:

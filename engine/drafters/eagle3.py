@@ -320,7 +320,7 @@ class Eagle3Drafter:
         self.cfg, self.params, self.d2t = cfg, on_mesh(params, target.mesh, cfg.body), jnp.asarray(d2t, jnp.int32)
         self.embed = self.params.get("embed", target.params["embed"])
         self.mesh = target.mesh
-        self.k = check_k(DEFAULT_K if k is None else k, MAX_K, self.name)
+        self.k, self.max_k = check_k(DEFAULT_K if k is None else k, MAX_K, self.name), MAX_K
         self.feature_layers = cfg.feature_layers
         self.checkpoint = checkpoint
 

@@ -14,6 +14,7 @@ class NgramDrafter:
     name = "ngram"
     feature_layers: tuple[int, ...] = ()
     checkpoint = None
+    max_k = MAX_K
 
     def __init__(self, k: int = 8, max_ngram: int = 3, min_ngram: int = 1):
         self.k = check_k(k, MAX_K, self.name)
