@@ -1,4 +1,8 @@
-"""Block view HTML: each verify step's drafted block with accepted, rejected (struck) and bonus tokens.
+"""Block view HTML: each verify step's drafted block with accepted, rejected (struck), unverified and bonus tokens.
+
+A step's first non-accepted draft is its rejection; the drafts after it were never verified (the target's logits
+there condition on the rejected prefix). Those the target's own greedy choice agrees with are marked: they are what
+re-anchoring or tree verification could still recover.
 
 Every piece of prompt or token text goes through `html.escape`; steps are plain dicts (StepTrace.to_dict()
 or History.get_run()['steps']) so the live view and the replay render the same record.
@@ -32,6 +36,8 @@ CSS = """
 .tok { border-radius: 3px; padding: 0 1px; cursor: help; }
 .tok.acc { background: #d1fae5; color: #065f46; }
 .tok.rej { background: #fee2e2; color: #991b1b; text-decoration: line-through; }
+.tok.unv { background: #f3f4f6; color: #6b7280; border-bottom: 1px dashed #9ca3af; }
+.tok.unv.agree { border-bottom: 2px solid #059669; color: #065f46; }
 .tok.bonus { background: #dbeafe; color: #1e3a8a; font-weight: 600; }
 .tok.cut { opacity: 0.45; }
 .tok.pick { cursor: pointer; }
@@ -48,6 +54,7 @@ CSS = """
 """
 
 LEGEND = ('<div class="ds-legend"><span class="tok acc">accepted</span> <span class="tok rej">rejected</span> '
+          '<span class="tok unv">unverified</span> <span class="tok unv agree">unverified, target agrees</span> '
           '<span class="tok bonus">bonus (target)</span> · a grey bar starts each verify step · '
           'hover a token for p, q and the target\'s top-5</div>')
 
@@ -84,8 +91,26 @@ def _span(classes: str, text: str, title: str, attrs: str = "", newline: str = "
     return f'<span class="tok {classes}" title="{escape(title, quote=True)}"{attrs}>{token_text(text, newline)}</span>'
 
 
-def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = ()) -> str:
-    """One verify step: accepted drafts, rejected drafts (struck through), then the bonus token."""
+def target_agrees(step: dict, i: int) -> bool:
+    """Whether draft i of a step is the target's greedy choice at its row (given the drafted prefix)."""
+    ids = step.get("top5_ids") or []
+    return i < len(ids) and bool(ids[i]) and ids[i][0] == step["drafted"][i]
+
+
+def unverified_agreement(steps: Iterable[dict]) -> list[int]:
+    """Per block position (index 0 = first draft): unverified drafts the target's greedy choice agrees with."""
+    counts: list[int] = []
+    for s in steps:
+        for i in range(s["accepted"] + 1, len(s["drafted"])):
+            counts += [0] * (i + 1 - len(counts))
+            counts[i] += target_agrees(s, i)
+    return counts
+
+
+def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = (),
+              pick_unverified: bool = False) -> str:
+    """One verify step: accepted drafts, the rejection (struck through), unverified drafts, then the bonus token.
+    clickable: the rejection can be picked (and the unverified drafts too with pick_unverified)."""
     idx, n_acc, drafted = step["index"], step["accepted"], step["drafted"]
     texts = step.get("drafted_text") or [str(t) for t in drafted]
     n_emitted = len(step.get("emitted") or [])
@@ -93,18 +118,21 @@ def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int
     parts = [f'<span class="ds-step" data-step="{idx}"><span class="ds-idx">{idx}</span>']
     rejected = []
     for i, text in enumerate(texts):
-        ok = i < n_acc
+        ok, unverified = i < n_acc, i > n_acc
+        agree = unverified and target_agrees(step, i)
         p = step["p"][i] if i < len(step.get("p") or []) else float("nan")
         q = step["q"][i] if i < len(step.get("q") or []) else float("nan")
-        title = (f"step {idx} · draft {i + 1}/{len(drafted)} · {'accepted' if ok else 'rejected'}"
-                 f"{'' if ok or i > n_acc else ' (first rejection)'}\np (target) = {p:.4f}   q (drafter) = {q:.4f}\n"
+        what = ("accepted" if ok else "rejected (the first rejection)" if not unverified else
+                "unverified (after the rejection)" + ("; the target's greedy choice here agrees" if agree else ""))
+        title = (f"step {idx} · draft {i + 1}/{len(drafted)} · {what}\np (target) = {p:.4f}   q (drafter) = {q:.4f}\n"
                  f"{_top5(step, i)}")
         if ok:
             cut = " cut" if i >= n_emitted else ""
             parts.append(_span("acc" + cut, text, title, newline="↵\n"))
             continue
-        classes, attrs = "rej", f' data-step="{idx}" data-pos="{i}"'
-        if clickable:
+        classes = ("unv agree" if agree else "unv") if unverified else "rej"
+        attrs = f' data-step="{idx}" data-pos="{i}"'
+        if clickable and (pick_unverified or not unverified):
             classes += " pick"
             attrs += f' data-pick="{idx}:{i}"'
         if (idx, i) in marked:
@@ -146,9 +174,9 @@ def plain_html(text: str | None) -> str:
 
 
 def block_view(steps: Iterable[Any], prompt: str | None = None, clickable: bool = False,
-               annotated: Iterable[tuple[int, int]] = (), legend: bool = True) -> str:
+               annotated: Iterable[tuple[int, int]] = (), legend: bool = True, pick_unverified: bool = False) -> str:
     """The whole block view: a colour legend, the prompt (escaped) and every step's block."""
-    view, steps = LiveView(prompt, legend, clickable, annotated), as_dicts(steps)
+    view, steps = LiveView(prompt, legend, clickable, annotated, pick_unverified), as_dicts(steps)
     return view.html(steps, done=True) if steps else view.head + '<span class="ds-empty">no steps yet</span>' + VIEW_END
 
 
@@ -157,15 +185,16 @@ class LiveView:
     Gradio streams just the new steps (the unclosed divs are closed by the browser until `done`)."""
 
     def __init__(self, prompt: str | None = None, legend: bool = True, clickable: bool = False,
-                 annotated: Iterable[tuple[int, int]] = ()) -> None:
+                 annotated: Iterable[tuple[int, int]] = (), pick_unverified: bool = False) -> None:
         head = prompt_html(prompt) if prompt else ""
         self.head = f'<div class="ds-view">{LEGEND if legend else ""}{head}<div class="ds-blocks">'
-        self.clickable, self.annotated = clickable, list(annotated)
+        self.clickable, self.annotated, self.pick_unverified = clickable, list(annotated), pick_unverified
         self.parts: list[str] = []
 
     def html(self, steps: list[Any], done: bool = False) -> str:
         """The view of `steps` (rendering only those not seen before); closed when done."""
-        self.parts += [step_html(s, self.clickable, self.annotated) for s in as_dicts(steps[len(self.parts):])]
+        self.parts += [step_html(s, self.clickable, self.annotated, self.pick_unverified)
+                       for s in as_dicts(steps[len(self.parts):])]
         return self.head + "".join(self.parts) + (VIEW_END if done else "")
 
 
@@ -179,8 +208,9 @@ def _fmt(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = "") -> str:
-    """A small table of the run's tau, acceptance, tokens/s, speedup (when given) and counts."""
+def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = "", steps: Iterable[Any] = ()) -> str:
+    """A small table of the run's tau, acceptance, tokens/s, speedup (when given) and counts; with its steps, the
+    unverified drafts the target agrees with per block position."""
     rows = [
         ("tau (tokens / step)", _fmt(stats.get("tau"), ".2f")),
         ("acceptance rate", _fmt(stats.get("acceptance_rate"), ".3f")),
@@ -191,6 +221,10 @@ def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = ""
                      + (f" ({speedup_note})" if speedup_note else "")))
     rows += [("steps · tokens", f"{stats.get('n_steps', 0)} · {stats.get('n_generated', 0)}"),
              ("drafted · accepted", f"{stats.get('drafted', 0)} · {stats.get('accepted', 0)}")]
+    agree = unverified_agreement(as_dicts(steps))
+    if sum(agree):
+        per = ", ".join(f"pos {i + 1}: {n}" for i, n in enumerate(agree) if n)
+        rows.append(("unverified drafts the target agrees with", f"{sum(agree)} ({per})"))
     if stats.get("warmup_compiles"):
         rows.append(("XLA compiles before timing", f"{stats['warmup_compiles']} in {stats.get('warmup_s', 0.0):.1f} s "
                                                    "(not in tokens/s)"))
@@ -202,7 +236,8 @@ def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = ""
     return f'<table class="ds-stats">{body}</table>'
 
 
-def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = ()) -> str:
+def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = (),
+             pick_unverified: bool = False) -> str:
     """A stored run (History.get_run): what it was, its stats, its block view replayed and its plain output."""
     s = run.get("settings") or {}
     facts = [f"run {run.get('run_id')}", f"{s.get('drafter')} K={s.get('k')}", f"T={s.get('temperature')}",
@@ -215,5 +250,6 @@ def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, 
     if run.get("comparison_group"):
         facts.append(f"comparison {run['comparison_group'][:8]}")
     head = f'<div class="ds-legend">{escape(" · ".join(f for f in facts if f))}</div>'
-    view = block_view(run.get("steps") or [], run.get("prompt"), clickable, annotated)
-    return f'{head}{stats_html(run.get("stats") or {})}<div class="ds-pair">{view}{plain_html(run.get("text"))}</div>'
+    view = block_view(run.get("steps") or [], run.get("prompt"), clickable, annotated, pick_unverified=pick_unverified)
+    stats = stats_html(run.get("stats") or {}, steps=run.get("steps") or [])
+    return f'{head}{stats}<div class="ds-pair">{view}{plain_html(run.get("text"))}</div>'

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import jax
 
@@ -59,30 +58,10 @@ from engine import load_target as _load_target
 from engine.jit_stats import compile_seconds
 from storage import DEFAULT_PATH, HistoryError, open_history
 
+from .contenders import Contender, Outcome
 from .suites import SuiteError, load_suite, suite_label
 
 MODEL_DRAFTERS_MISSING = "this engine has no implementation of it yet"
-
-
-@dataclass
-class Outcome:
-    """One counted generation (of one prompt, or of a group verified together: then token_ids holds one list
-    per prompt): decode_s covers decode_tokens tokens (prefill excluded); wall_s includes prefill."""
-
-    token_ids: list
-    decode_s: float
-    decode_tokens: int
-    wall_s: float
-    results: list[GenerationResult] = field(default_factory=list)
-
-
-class Contender(Protocol):
-    name: str
-    k: int
-
-    def warm_up(self, row: dict) -> None: ...
-
-    def run(self, row: dict) -> Outcome: ...
 
 
 def prompt_rows(row: dict) -> list[dict]:
@@ -228,8 +207,8 @@ def load_contenders(target: Target, names: list[str], ks: list[int], batches: tu
 class _Recorder:
     """Collects outcomes per contender and stores engine runs in the history as they land."""
 
-    def __init__(self, history, suite: str, session: str, greedy: bool) -> None:
-        self.history, self.suite, self.session, self.greedy = history, suite, session, greedy
+    def __init__(self, history, suite: str, session: str, greedy: bool, command: str = "") -> None:
+        self.history, self.suite, self.session, self.greedy, self.command = history, suite, session, greedy, command
         self.outcomes: dict[int, list[Outcome]] = {}
         self.ref: dict[str, Outcome] = {}
 
@@ -244,7 +223,8 @@ class _Recorder:
             lossless = want == result.token_ids if self.greedy else None
             self.history.write_run(result.to_dict(), prompt=member["prompt"], suite=self.suite,
                                    prompt_id=member["id"], category=member.get("category"), source="bench",
-                                   lossless=lossless, comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}")
+                                   lossless=lossless, comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}",
+                                   command=self.command)
 
 
 def scaling_rows(rows: list[dict]) -> None:
@@ -264,9 +244,10 @@ def peer_rows(rows: list[dict]) -> None:
 
 
 def bench_suite(label: str, prompts: list[dict], contenders: list[Contender], history, session: str,
-                greedy: bool, progress=None) -> list[dict]:
-    """Run the interleaved loop on one suite and return its rows (engine contenders first, then peers)."""
-    record = _Recorder(history, label, session, greedy)
+                greedy: bool, progress=None, command: str = "") -> list[dict]:
+    """Run the interleaved loop on one suite and return its rows (engine contenders first, then peers); every stored
+    run records `command` (the bench command line), which experiments.report prints above its table."""
+    record = _Recorder(history, label, session, greedy, command)
     interleave(prompts, contenders, record, progress)
     ref = [record.ref[row["id"]] for row in prompts]
     rows = []
@@ -333,6 +314,7 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
     for line in problems:
         print(line, file=sys.stderr)
     session, greedy = uuid.uuid4().hex[:8], a.temperature == 0.0
+    command = "python -m experiments.bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     plan = {(label, b): (groups_of(prompts, b), [c for c in contenders if getattr(c, "batch", 1) == b])
             for label, prompts in suites.items() for b in batches}
     for (label, b), (groups, _) in plan.items():
@@ -355,7 +337,7 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
                         for c in group_contenders:
                             c.warm_up(groups[0])
                             bar.update()
-                    rows += bench_suite(label, groups, group_contenders, history, session, greedy, bar)
+                    rows += bench_suite(label, groups, group_contenders, history, session, greedy, bar, command)
                 if rows:
                     scaling_rows(rows)
                     _print_suite(label, rows, a, target, problems, bar)

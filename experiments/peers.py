@@ -21,7 +21,7 @@ import numpy as np
 
 from engine import Target
 
-from .bench import Outcome
+from .contenders import Outcome
 
 TORCH_HINT = "pip install torch==2.13.0 accelerate (CPU wheel; transformers' GGUF loader needs accelerate)"
 

@@ -98,14 +98,15 @@ def shown_speedup(stats: str) -> str:
 
 def test_k_that_ran_is_shown_and_stored_and_bad_k_is_refused(client, history):
     before = len(history.list_runs())
-    for k, expected in [(0, "K=0: ngram drafts 1 or more tokens per step (its default here is K=8)"),
-                        (2.5, "K must be a whole number"), (-1, "K must be a whole number")]:
+    one = "K for ngram must be a whole number in 1..64 (its default here is 8)"  # one message for every bad K
+    for k, expected in [(0, one + ", got 0; K=0 means no drafting: that is the ar drafter"), (2.5, one), (-1, one),
+                        (None, one)]:
         status, run_id = client.predict("Name a colour.", "ngram", k, 0.0, 8, False, api_name="/generate")[2:4]
         assert "error" in status and expected in status and run_id == ""
     assert len(history.list_runs()) == before  # nothing ran, not even the ar baseline
     status, run_id = client.predict("Name a colour.", "ngram", 3, 0.0, 8, False, api_name="/generate")[2:4]
     assert "ngram K=3: done" in status and history.get_run(run_id)["settings"]["k"] == 3
-    status, run_id = client.predict("Name a colour.", "ar", 0, 0.0, 8, False, api_name="/generate")[2:4]
+    status, run_id = client.predict("Name a colour.", "ar", None, 0.0, 8, False, api_name="/generate")[2:4]
     assert "ar: done" in status and history.get_run(run_id)["settings"]["k"] == 0  # ar ignores K
 
 
@@ -180,7 +181,12 @@ def test_kflat_refuses_a_k_the_timed_drafter_cannot_draft_before_anything_runs(c
 
 def test_annotate_and_export(client, history, app_server):
     run_id = next(r["run_id"] for r in history.list_runs() if r["drafted"] > r["accepted"])
-    client.predict(run_id, api_name="/annotate_open")
+    view, token = client.predict(run_id, False, api_name="/annotate_open")
+    steps = history.get_run(run_id)["steps"]
+    first = {f"{s['index']}:{s['accepted']}" for s in steps if s["accepted"] < len(s["drafted"])}
+    assert {c[1] for c in token["choices"]} == first  # real rejections only, by default
+    every = client.predict(run_id, True, api_name="/annotate_open")[1]["choices"]
+    assert first < {c[1] for c in every} or all(s["accepted"] >= len(s["drafted"]) - 1 for s in steps)
     step = next(s for s in history.get_run(run_id)["steps"] if s["accepted"] < len(s["drafted"]))
     pick = f"{step['index']}:{step['accepted']}"
     client.predict(run_id, pick, "number", "first thought", False, api_name="/annotate")

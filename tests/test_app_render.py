@@ -9,9 +9,19 @@ import plotly.graph_objects as go
 import pytest
 
 from app import plots
-from app.render import PROMPT_FOLD, PROMPT_HEAD, PROMPT_TAIL, LiveView, block_view, run_html, stats_html, step_html
+from app.render import (
+    PROMPT_FOLD,
+    PROMPT_HEAD,
+    PROMPT_TAIL,
+    LiveView,
+    block_view,
+    run_html,
+    stats_html,
+    step_html,
+    unverified_agreement,
+)
 
-# Step 0: drafted 3, accepted 1 -> 'Hello' accepted, '<script>' and 'a&b' rejected, bonus ' world'.
+# Step 0: drafted 3, accepted 1 -> 'Hello' accepted, '<script>' rejected, 'a&b' unverified, bonus ' world'.
 STEP0 = {
     "index": 0, "position": 9, "drafted": [11, 12, 13], "accepted": 1, "bonus": 21,
     "p": [0.9, 0.05, 0.01], "q": [0.8, 0.7, 0.6],
@@ -36,12 +46,13 @@ def spans(html: str, cls: str) -> list[str]:
     return re.findall(rf'<span class="tok {cls}[^"]*" title="([^"]*)"[^>]*>([^<]*)</span>', html)
 
 
-def test_classes_for_accepted_rejected_and_bonus():
+def test_classes_for_accepted_rejected_unverified_and_bonus():
     html = step_html(STEP0)
     assert [t for _, t in spans(html, "acc")] == ["Hello"]
-    assert [t for _, t in spans(html, "rej")] == ["&lt;script&gt;alert(1)&lt;/script&gt;", "a&amp;b"]
+    assert [t for _, t in spans(html, "rej")] == ["&lt;script&gt;alert(1)&lt;/script&gt;"]  # the first rejection
+    assert [t for _, t in spans(html, "unv")] == ["a&amp;b"] and not spans(html, "unv agree")  # never verified
     assert [t for _, t in spans(html, "bonus")] == [" world"]
-    assert html.index("tok acc") < html.index("tok rej") < html.index("tok bonus")
+    assert html.index("tok acc") < html.index("tok rej") < html.index("tok unv") < html.index("tok bonus")
     assert 'data-step="0" data-pos="1"' in html and 'data-step="0" data-pos="2"' in html
 
 
@@ -55,8 +66,9 @@ def test_markup_is_escaped_everywhere():
 
 
 def test_titles_show_p_q_and_top5():
-    (title, _), = [s for s in spans(step_html(STEP0), "rej") if "a&amp;b" in s[1]]
-    assert "rejected" in title and "p (target) = 0.0100" in title and "q (drafter) = 0.6000" in title
+    (title, _), = [s for s in spans(step_html(STEP0), "unv") if "a&amp;b" in s[1]]
+    assert "unverified (after the rejection)" in title
+    assert "p (target) = 0.0100" in title and "q (drafter) = 0.6000" in title
     assert "target top-5: &#x27;p&#x27; 0.500 | &#x27;q&#x27; 0.200 | &#x27;a&amp;b&#x27; 0.010" in title
     (first, _), = [s for s in spans(step_html(STEP0), "rej") if "script" in s[1]]
     assert "first rejection" in first
@@ -82,10 +94,28 @@ def test_live_view_only_appends_while_running():
 
 
 def test_clickable_and_annotated_tokens():
-    html = step_html(STEP0, clickable=True, annotated=[(0, 2)])
-    assert 'data-pick="0:1"' in html and 'data-pick="0:2"' in html
-    assert re.search(r'class="tok rej pick ann"[^>]*data-pos="2"', html)
+    html = step_html(STEP0, clickable=True, annotated=[(0, 1)])
+    assert 'data-pick="0:1"' in html and 'data-pick="0:2"' not in html  # real rejections only, by default
+    assert re.search(r'class="tok rej pick ann"[^>]*data-pos="1"', html)
+    html = step_html(STEP0, clickable=True, annotated=[(0, 2)], pick_unverified=True)
+    assert re.search(r'class="tok unv pick ann"[^>]*data-pos="2"', html)
     assert "data-pick" not in step_html(STEP0)
+
+
+def test_unverified_drafts_the_target_agrees_with_are_marked_and_counted_per_position():
+    # drafted 4, accepted 0: row 0 rejected; rows 1..3 unverified; the target's top-1 equals the draft at rows 1, 3
+    step = {"index": 0, "position": 4, "drafted": [5, 6, 7, 8], "accepted": 0, "bonus": 9, "p": [0.1] * 4,
+            "q": [0.9] * 4, "top5_ids": [[9], [6], [1], [8], [2]], "top5_p": [[0.5]] * 5, "emitted": [9],
+            "drafted_text": ["a", "b", "c", "d"], "bonus_text": "z"}
+    html = step_html(step)
+    assert [t for _, t in spans(html, "unv agree")] == ["b", "d"] and len(spans(html, "unv")) == 3
+    (title, _), = [x for x in spans(html, "unv agree") if x[1] == "b"]
+    assert "the target&#x27;s greedy choice here agrees" in title
+    later = dict(step, index=1, accepted=1, drafted=[5, 6, 7, 8])  # row 1 is now the rejection: not counted
+    assert unverified_agreement([step, later]) == [0, 1, 0, 2]
+    assert "unverified drafts the target agrees with</td><td>3 (pos 2: 1, pos 4: 2)" in stats_html({}, steps=[step,
+                                                                                                               later])
+    assert "unverified" not in stats_html({}, steps=[STEP1])
 
 
 def test_cut_tokens_and_no_bonus_when_output_ended():

@@ -106,8 +106,24 @@ def test_generate_shows_accepted_rejected_and_bonus(page, shots, target):
     title = view.locator(".tok.rej").first.get_attribute("title")
     assert "p (target)" in title and "q (drafter)" in title and "target top-5" in title
     assert view.locator(".tok.rej").first.evaluate("e => getComputedStyle(e).textDecorationLine") == "line-through"
+    # one rejection per step at most; the drafts after it are unverified, drawn apart (not struck through)
+    assert view.locator(".tok.rej").count() <= view.locator(".ds-step").count()
+    assert view.locator(".tok.unv").count() > 0
+    assert view.locator(".tok.unv").first.evaluate("e => getComputedStyle(e).textDecorationLine") == "none"
+    assert "unverified (after the rejection)" in view.locator(".tok.unv").first.get_attribute("title")
     assert "tau" in page.inner_text("#gen-stats")
     shot(page, shots / "1-generate.png")
+
+
+def test_temperature_typed_below_zero_is_refused_and_runs_nothing(page, app_server):
+    runs = len(open_history(app_server[1]).list_runs())
+    page.fill("#gen-prompt textarea", "Name a colour.")
+    page.fill("#gen-temperature input", "-1")
+    page.click("#gen-run")
+    page.wait_for_function("() => document.body.innerText.includes('Value -1 is less than minimum value 0')")
+    assert page.input_value("#gen-temperature input") == "-1"  # kept as typed, not clamped to greedy
+    assert len(open_history(app_server[1]).list_runs()) == runs
+    page.fill("#gen-temperature input", "0")
 
 
 def test_markup_in_prompt_stays_text(page, shots):
@@ -155,6 +171,38 @@ def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots):
     status = page.inner_text("#kf-status")
     assert "stored" in status and "draft" in status  # the sweep's result is still there after the redraw
     assert f"with {drafter}'s draft time" in page.inner_text("#kf-speedup")  # the legend of the prediction
+
+
+def choose(page, dropdown: str, option: str) -> None:
+    page.click(f"{dropdown} input")
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function("([d, o]) => document.querySelector(d + ' input')?.value === o", arg=[dropdown, option])
+
+
+def test_kflat_defaults_fit_the_timed_drafter_and_a_refused_k_runs_nothing(page):
+    open_tab(page, "K-Flat")
+    choose(page, "#kf-drafter", "dflash")
+    page.wait_for_function("() => document.querySelector('#kf-ks textarea, #kf-ks input')?.value === '1,2,4,7'")
+    page.fill("#kf-ks textarea, #kf-ks input", "1,2,4,8")
+    click_and_wait(page, "#kf-run", "#kf-status", "K for dflash must be a whole number in 1..7")
+    assert "compiling" not in page.inner_text("body")
+
+
+def test_two_sweeps_a_moment_apart_are_both_listed_and_drawn(page):
+    open_tab(page, "K-Flat")
+    choose(page, "#kf-drafter", "(none: verify only)")
+    page.fill("#kf-ks textarea, #kf-ks input", "1,2")
+    page.fill("#kf-rep input", "1")
+    ids = []
+    for _ in range(2):
+        page.click("#kf-run")  # done when the status names a sweep not seen before
+        page.wait_for_function("ids => { const m = (document.querySelector('#kf-status')?.innerText || '')"
+                               ".match(/sweep (\\S+) on .* stored/); return m && !ids.includes(m[1]); }", arg=ids)
+        ids.append(page.inner_text("#kf-status").split("sweep ")[1].split(" ")[0])
+    # both selected, each label ending in its own id's tail: told apart in the list and the legend
+    listed = "ids => ids.every(i => document.querySelector('#kf-sweeps').innerText.includes(i.slice(-4)))"
+    page.wait_for_function(listed, arg=ids)
+    page.wait_for_function("() => document.querySelectorAll('#kf-plot .scatterlayer .trace').length >= 2")
 
 
 def test_acceptance_plots(page, shots):

@@ -10,7 +10,7 @@ import gradio as gr
 from storage import export_annotations
 
 from .. import queries
-from ..render import message_html, run_html
+from ..render import message_html, run_html, target_agrees
 from ..state import AppError, Workbench
 from .common import USER_ERRORS
 
@@ -34,14 +34,17 @@ SHOW_PICK_JS = "(pick) => { document.dispatchEvent(new CustomEvent('ds-pick', { 
 ANN_COLUMNS = ["id", "run_id", "step", "pos", "token", "label", "note", "drafter", "updated (UTC)"]
 
 
-def rejected_choices(run: dict) -> list[tuple[str, str]]:
-    """('step 3 · pos 1 · 'text' (p=..)', '3:1') for every rejected drafted token of a run."""
+def rejected_choices(run: dict, unverified: bool = False) -> list[tuple[str, str]]:
+    """('step 3 · pos 1 · 'text' (p=..)', '3:1') for each step's rejected draft (the first one not accepted), and
+    with `unverified` also for the drafts after it, which the target never verified."""
     out = []
     for s in run["steps"]:
         texts = s.get("drafted_text") or [str(t) for t in s["drafted"]]
-        for i in range(s["accepted"], len(s["drafted"])):
-            first = " · first rejection" if i == s["accepted"] else ""
-            out.append((f"step {s['index']} · pos {i} · {texts[i]!r} (p={s['p'][i]:.3f}, q={s['q'][i]:.3f}){first}",
+        end = len(s["drafted"]) if unverified else min(s["accepted"] + 1, len(s["drafted"]))
+        for i in range(s["accepted"], end):
+            agree = ", target agrees" if target_agrees(s, i) else ""
+            what = "rejected" if i == s["accepted"] else f"unverified{agree}"
+            out.append((f"step {s['index']} · pos {i} · {texts[i]!r} (p={s['p'][i]:.3f}, q={s['q'][i]:.3f}) · {what}",
                         f"{s['index']}:{i}"))
     return out
 
@@ -51,16 +54,16 @@ def annotated(wb: Workbench, run_id: str) -> list[tuple[int, int]]:
     return [(a["step_idx"], a["draft_pos"]) for a in wb.history.list_annotations(run_id=run_id)]
 
 
-def show_run(wb: Workbench, run_id: str | None) -> tuple[str, dict]:
-    """(clickable view, token dropdown update) for a run."""
+def show_run(wb: Workbench, run_id: str | None, unverified: bool = False) -> tuple[str, dict]:
+    """(clickable view, token dropdown update) for a run: its rejected drafts, and the unverified ones when asked."""
     if not run_id:
         return message_html("choose a run with rejected tokens"), gr.update(choices=[], value=None)
     try:
         run = wb.history.get_run(run_id)
     except USER_ERRORS as e:
         return message_html(str(e), "error"), gr.update(choices=[], value=None)
-    choices = rejected_choices(run)
-    return (run_html(run, clickable=True, annotated=annotated(wb, run_id)),
+    choices = rejected_choices(run, unverified)
+    return (run_html(run, clickable=True, annotated=annotated(wb, run_id), pick_unverified=unverified),
             gr.update(choices=choices, value=choices[0][1] if choices else None))
 
 
@@ -114,7 +117,10 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the Annotate tab and wire its events."""
     run = gr.Dropdown(choices=[], label="run (only runs with rejected tokens)", elem_id="ann-run",
                       allow_custom_value=True)
-    gr.Markdown("Click a rejected (struck-through) token to pick it, or choose it from the list.")
+    gr.Markdown("Click a rejected (struck-through) token to pick it, or choose it from the list. The drafts after a "
+                "step's rejection were never verified: offer them too only when you mean to label those.")
+    unverified = gr.Checkbox(value=False, label="also offer unverified drafts (after each step's rejection)",
+                             elem_id="ann-unverified")
     view = gr.HTML(elem_id="ann-view", js_on_load=PICK_JS)
     with gr.Row():
         token = gr.Dropdown(choices=[], label="rejected token", elem_id="ann-token", scale=3, allow_custom_value=True)
@@ -158,7 +164,10 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         return gr.update(choices=choices, value=run_id), *lists(run_id, only_this_run)
 
     tab.select(refresh, [run, only_run], [run, *list_outputs], api_visibility="private")
-    run.change(lambda run_id: show_run(wb, run_id), run, [view, token], api_name="annotate_open")
+    run.change(lambda run_id, unverified_too: show_run(wb, run_id, unverified_too), [run, unverified], [view, token],
+               api_name="annotate_open")
+    unverified.change(lambda run_id, unverified_too: show_run(wb, run_id, unverified_too), [run, unverified],
+                      [view, token], api_visibility="private")
 
     def pick_token(evt: gr.SelectData) -> str:
         return evt.value

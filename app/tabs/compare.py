@@ -70,7 +70,8 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
             live_view = LiveView(legend=slot == 0)
             for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference,
                                    comparison_group=group):
-                heads[slot] = f"<h4>{escape(live.title)}</h4>" + stats_html(live.stats, *speedup(live, reference))
+                heads[slot] = f"<h4>{escape(live.title)}</h4>" + stats_html(live.stats, *speedup(live, reference),
+                                                                            steps=live.steps)
                 views[slot] = live_view.html(live.steps, done=live.status != "running")
                 texts[slot] = plain_html(output_text(wb, live.steps))
                 yield out(status_of(live))

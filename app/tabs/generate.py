@@ -74,7 +74,7 @@ def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_
         live_view = LiveView(prompt)
         yield view, "", prefill_status(wb, label, prompt), "", text
         for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference):
-            stats = stats_html(live.stats, *speedup(live, reference))
+            stats = stats_html(live.stats, *speedup(live, reference), steps=live.steps)
             view = live_view.html(live.steps, done=live.status != "running")
             yield view, stats, status_of(live), live.run_id or "", plain_html(output_text(wb, live.steps))
     except USER_ERRORS as e:

@@ -143,7 +143,7 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         ks = gr.Textbox(value=default_ks(wb, timed), label="K values (the timed drafter's range: 1..its max K)",
                         elem_id="kf-ks")
         context = gr.Number(value=256, precision=0, label="context length")
-        repeats = gr.Number(value=5, precision=0, label="repeats per K")
+        repeats = gr.Number(value=5, precision=0, label="repeats per K", elem_id="kf-rep")
         drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed, label="also time this drafter's draft step",
                               allow_custom_value=True, elem_id="kf-drafter")
         run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
