@@ -58,6 +58,7 @@ from engine import load_target as _load_target
 from engine.jit_stats import compile_seconds
 from storage import DEFAULT_PATH, HistoryError, open_history
 
+from . import model_card
 from .contenders import Contender, Outcome
 from .suites import SuiteError, load_suite, suite_label
 
@@ -342,16 +343,16 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
                     scaling_rows(rows)
                     _print_suite(label, rows, a, target, problems, bar)
                     if a.update_cards and greedy:
-                        update_cards(rows, a.max_new_tokens)
+                        update_cards(rows, a.max_new_tokens, command)
         except (GenerationError, HistoryError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     return 0
 
 
-def update_cards(rows: list[dict], max_new_tokens: int) -> None:
-    """Write each checkpoint row's measured tau and speedup (batch 1, greedy) into its model card, replacing the
-    row of the same suite, K and device kind."""
+def update_cards(rows: list[dict], max_new_tokens: int, command: str = "") -> None:
+    """Write each checkpoint row's measured tau and speedup (batch 1, greedy, with the bench command) into its
+    training.json, replacing the row of the same suite, K and device kind, and rewrite its model card."""
     device = jax.devices()[0].device_kind
     for r in rows:
         card_path = Path(r["checkpoint"] or "") / "training.json"
@@ -362,8 +363,11 @@ def update_cards(rows: list[dict], max_new_tokens: int) -> None:
                 if (m.get("suite"), m.get("k"), m.get("device_kind")) != (r["suite"], r["k"], device)]
         card["measured"] = keep + [{"suite": r["suite"], "k": r["k"], "n": r["n"], "tau": r["tau"],
                                     "speedup": r["speedup"], "lossless": r["lossless"], "device_kind": device,
-                                    "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d")}]
+                                    "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"),
+                                    "command": command}]
         card_path.write_text(json.dumps(card, indent=1))
+        if "drafter" in card:
+            model_card.write_card(card_path.parent)
 
 
 def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Target, problems: list[str],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None, target=None) -> int:
                 rows += _show(sweep(target, ks, [context], a.drafter, a.repeats), a.json)
             meta = dict(hardware=a.label or hardware_label(), backend=jax.default_backend(), model=target.name,
                         dtype=target.dtype, drafter=a.drafter)
-        sweep_id = history.write_kflat(rows, **meta)
+        command = "python -m experiments.kflat " + shlex.join(sys.argv[1:] if argv is None else argv)
+        sweep_id = history.write_kflat([{**r, "command": command} for r in rows], **meta)
     except (SuiteError, HistoryError, ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -252,6 +252,15 @@ def results_section(history: History, command: str) -> str:
         parts.append(f"### {suite} · {target} {dtype} · T={temp:g} · {device}\n\nMeasured {day} with `{cmd}`\n\n"
                      + md_table(["drafter", "K", "batch", "runs", "tau", "acceptance", "tok/s", "speedup vs ar",
                                  "draft / verify ms per step", "lossless"], body))
+    sweeps = _groups([r for r in history.list_kflat() if r["extra"].get("command")], "sweep_id")
+    for rows in sweeps.values():
+        r0 = rows[0]
+        base = min(rows, key=lambda r: r["k"])["verify_ms"]
+        body = [[r["k"], f"{r['verify_ms']:.1f}", f"{r['verify_ms'] / base:.2f}x", _f(r["draft_ms"], ".1f")]
+                for r in sorted(rows, key=lambda r: r["k"])]
+        parts.append(f"### K-Flat · {r0['model']} {r0['dtype']} · context {r0['context']} · {r0['hardware']}\n\n"
+                     f"Measured {r0['created_at']:%Y-%m-%d} with `{r0['extra']['command']}`\n\n"
+                     + md_table(["K", "verify ms", "vs smallest K", f"draft ms ({r0['drafter'] or 'none'})"], body))
     return "\n\n".join(parts)
 
 

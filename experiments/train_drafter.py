@@ -24,6 +24,8 @@ import hashlib
 import json
 import math
 import platform
+import shlex
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -42,7 +44,7 @@ from engine.drafters import dflash, eagle3
 from engine.drafters.layers import head_logits, shared_head
 from engine.model import forward
 from engine.target import Target, load_target
-from experiments import distill
+from experiments import distill, model_card
 
 # ---------------------------------------------------------------- data
 
@@ -542,9 +544,22 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                          "draft_vocab": args.draft_vocab, "init": args.init},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
+    card["date"], card["command"] = time.strftime("%Y-%m-%d"), args.command
     if args.init:
         card["init_card"] = init_lineage(Path(args.init))
     (out / "training.json").write_text(json.dumps(card, indent=1))
+    model_card.write_card(out)
+
+
+def record_evaluation(checkpoint: Path, data: str, tau: list[float], command: str) -> None:
+    """Put an offline tau_est evaluation (replacing one on the same data) into the checkpoint's card."""
+    path = checkpoint / "training.json"
+    card = json.loads(path.read_text())
+    keep = [e for e in card.get("evaluations", []) if e.get("data") != data]
+    card["evaluations"] = keep + [{"data": data, "tau_est": tau, "date": time.strftime("%Y-%m-%d"),
+                                   "command": command}]
+    path.write_text(json.dumps(card, indent=1))
+    model_card.write_card(checkpoint)
 
 
 def init_lineage(checkpoint: Path) -> dict | None:
@@ -553,7 +568,8 @@ def init_lineage(checkpoint: Path) -> dict | None:
     if not path.is_file():
         return None
     card = json.loads(path.read_text())
-    return {k: card[k] for k in ("drafter", "data", "training", "hardware", "init_card") if k in card}
+    return {k: card[k] for k in ("drafter", "date", "command", "data", "training", "hardware", "init_card")
+            if k in card}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -597,7 +613,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--work", default="out/train", help="resumable state lives here")
     ap.add_argument("--evaluate", action="append", default=None,
                     help="only print tau_est of this checkpoint on all of --data (repeatable)")
-    return ap.parse_args(argv)
+    ap.add_argument("--update-card", action="store_true", help="with --evaluate: record it in the checkpoint's card")
+    args = ap.parse_args(argv)
+    args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -612,8 +631,11 @@ def main(argv: list[str] | None = None) -> None:
     data = concat_sequences(parts)
     if args.evaluate:
         for checkpoint in args.evaluate:
-            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(data),
-                              "tau_est": evaluate_checkpoint(target, checkpoint, data, args)}), flush=True)
+            tau = evaluate_checkpoint(target, checkpoint, data, args)
+            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(data), "tau_est": tau}),
+                  flush=True)
+            if args.update_card:
+                record_evaluation(Path(checkpoint), ",".join(args.data or []), tau, args.command)
         return
     train_rows, val_rows = split_validation(len(data), args.val, args.seed, args.val_pool)
     if args.limit_sequences:

@@ -112,6 +112,42 @@ def test_bench_rows(bench_db):
     assert rows[("ngram", 2)]["tau"] >= 1.0 and 0 <= rows[("ngram", 2)]["acceptance_rate"] <= 1
 
 
+def test_results_document_is_generated_from_the_history_with_each_tables_command(bench_db, tmp_path):
+    doc = tmp_path / "results.md"
+    doc.write_text(f"# Results\n\nProse kept.\n\n{report.BEGIN}\nstale\n{report.END}\n\nMore prose.\n")
+    report.write_results(open_history(bench_db["db"]), doc, "python -m experiments.report --markdown results.md")
+    text = doc.read_text()
+    assert "Prose kept." in text and "More prose." in text and "stale" not in text
+    tables = tables_with_commands(text)
+    assert len(tables) == 2  # the bench suite and the K-Flat sweep
+    assert tables[0][0].startswith("python -m experiments.bench --suite") and "--drafters ar,ngram" in tables[0][0]
+    assert tables[1][0].startswith("python -m experiments.kflat --ks 1,2")
+    bench_rows = {r[0]: r for r in tables[0][1]}
+    assert set(bench_rows) == {"ar", "ngram"} and bench_rows["ar"][7] == "1.00x" and bench_rows["ngram"][9] == "2/2"
+    report.write_results(open_history(bench_db["db"]), doc, "again")  # idempotent apart from the command line
+    assert doc.read_text().count(report.BEGIN) == 1
+
+
+def tables_with_commands(text: str) -> list[tuple[str, list[list[str]]]]:
+    """Each Markdown table of a results document with the command named last before it: [(command, body rows)]."""
+    import re
+
+    out, command, rows = [], None, None
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            if rows is None:
+                rows = []
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+            continue
+        if rows is not None:
+            out.append((command, rows[2:]))  # header and rule left out
+            rows = None
+        found = re.search(r"with `([^`]+)`", line)
+        if found:
+            command = found.group(1)
+    return out
+
+
 def test_bench_batches_report_throughput_and_stay_lossless(tmp_path, target):
     prompts = tmp_path / "four.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": p}) + "\n" for i, p in enumerate(

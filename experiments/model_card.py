@@ -1,0 +1,107 @@
+"""Model cards: a shipped drafter's README.md, written from its training.json (the same record train_drafter writes).
+
+    python -m experiments.model_card checkpoints/smollm2-135m-dflash checkpoints/smollm2-135m-eagle3
+
+A card says what the drafter is (format and shape), what it was trained on and how (each stage of its lineage with
+its date and command, newest first), its offline tau_est per evaluation set and its measured engine tau and speedup,
+each with the command that produced it. Nothing in it is typed by hand: edit training.json, then rewrite the card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+FORMATS = {
+    "dflash": "z-lab DFlash (`DFlashDraftModel`): {layers} Qwen3-style layers over the fused outputs of target layers "
+              "{target_layer_ids}, block size {block_size} (K up to {max_k}), intermediate {intermediate_size}, draft "
+              "vocabulary {draft_vocab_size} (`d2t`); embedding and LM head shared from the target",
+    "eagle3": "EAGLE-3 (`LlamaForCausalLMEagle3`): one Llama layer over [embedding; fused outputs of target layers "
+              "{feature_layers}], intermediate {intermediate_size}, draft vocabulary {draft_vocab_size} (`d2t`), "
+              "training-time test over {ttt_steps} steps",
+}
+
+
+def _tau(values: list[float] | None, ks: tuple[int, ...] = (4, 7)) -> str:
+    if not values:
+        return "n/a"
+    return " / ".join(f"{values[k - 1]:.2f}" for k in ks if k <= len(values)) + " (K=" + \
+        "/".join(str(k) for k in ks if k <= len(values)) + ")"
+
+
+def _stage(card: dict) -> list[str]:
+    """The lines of one training stage: when, what data, the command, steps and the best validation tau_est."""
+    data, training = card.get("data") or {}, card.get("training") or {}
+    best = training.get("best") or {}
+    when = card.get("date") or "date not recorded"
+    hardware = card.get("hardware") or {}
+    where = hardware.get("device") or hardware.get("backend") or data.get("generated_on") or "hardware not recorded"
+    lines = [f"- **{when}**, {where}: {data.get('sequences', '?'):,} training sequences"
+             + (f" ({data['response_tokens']:,} response tokens)" if data.get("response_tokens") else "")
+             + (f" from {', '.join(data['sources'])}" if data.get("sources") else
+                f" ({data['prompts']})" if data.get("prompts") else "")
+             + (f", {data['validation_sequences']} held out (validation sha256 {data.get('validation_sha256')})"
+                if data.get("validation_sequences") else "") + "."]
+    if card.get("command"):
+        lines.append(f"  `{card['command']}`")
+    lines.append(f"  {training.get('steps', '?')} steps x batch {training.get('batch', '?')}, "
+                 f"{training.get('wall_s', 0):,.0f} s; best validation tau_est {_tau(best.get('tau_est'))}"
+                 + (f" at step {best['step']}" if "step" in best else "") + ".")
+    return lines
+
+
+def render_card(name: str, card: dict) -> str:
+    """The README.md of a drafter checkpoint from its training.json."""
+    kind, arch = card["drafter"], dict(card.get("architecture") or {})
+    arch.setdefault("max_k", arch.get("block_size", 1) - 1)
+    title = {"dflash": "A DFlash", "eagle3": "An EAGLE-3"}[kind]
+    weights = f"; {card['weights']}" if card.get("weights") else ""
+    lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
+             f"- **Format**: {FORMATS[kind].format(**arch)}{weights}.",
+             f"- **Load**: `load_drafter(\"{kind}\", target)` (the default) or "
+             f"`load_drafter(\"checkpoints/{name}\", target)`.", "", "## Training (newest stage first)", ""]
+    stage: dict | None = card
+    while stage:
+        lines += _stage(stage)
+        stage = stage.get("init_card")
+    evaluations = card.get("evaluations") or []
+    if evaluations:
+        lines += ["", "## Offline tau_est per evaluation set", "",
+                  "| eval set | tau_est | date | command |", "|---|---|---|---|"]
+        lines += [f"| {e['data']} | {_tau(e['tau_est'])} | {e.get('date', '-')} | `{e['command']}` |"
+                  for e in evaluations]
+    measured = card.get("measured") or []
+    if measured:
+        lines += ["", "## Engine (measured)", "",
+                  "| suite | K | prompts | tau | speedup vs ar | lossless | device | date |", "|---" * 8 + "|"]
+        lines += [f"| {m['suite']} | {m['k']} | {m['n']} | {m['tau']:.2f} | {m['speedup']:.2f}x | {m['lossless']} | "
+                  f"{m['device_kind']} | {m.get('date', '-')} |" for m in measured]
+        commands = sorted({m["command"] for m in measured if m.get("command")})
+        lines += [""] + [f"Measured with `{c}`." for c in commands]
+    return "\n".join(lines) + "\n"
+
+
+def write_card(checkpoint: str | Path) -> Path:
+    """Rewrite checkpoint/README.md from checkpoint/training.json."""
+    checkpoint = Path(checkpoint)
+    card = json.loads((checkpoint / "training.json").read_text())
+    weights = checkpoint / "model.safetensors"
+    if weights.is_file():
+        card["weights"] = f"model.safetensors {weights.stat().st_size / 1e6:.0f} MB"
+    path = checkpoint / "README.md"
+    path.write_text(render_card(checkpoint.name, card), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoints", nargs="+")
+    for checkpoint in ap.parse_args(argv).checkpoints:
+        print(write_card(checkpoint))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
