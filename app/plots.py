@@ -14,6 +14,9 @@ MIN_SAMPLES = 10  # fewer samples than this: a point is shown greyed, off its cu
 GREY = "#9ca3af"
 LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=60, b=40), showlegend=True,
               legend=dict(orientation="h", x=0, xanchor="left", y=-0.3, yanchor="top", font=dict(size=11)))
+# One colour per drafter in every figure (a checkpoint directory label gets a stable colour from its name).
+DRAFTER_COLOURS = {"ar": "#6b7280", "ngram": "#2563eb", "dflash": "#dc2626", "eagle3": "#059669"}
+SPARE_COLOURS = ["#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d", "#4f46e5"]
 SPEEDUP_MODEL = "speedup(K) = tau(K) / ((draft(K) + verify(K)) / ar step),  ar step = verify(K=1)"
 
 
@@ -34,21 +37,29 @@ def empty_figure(title: str, note: str) -> go.Figure:
     return fig
 
 
+def drafter_colour(drafter: str) -> str:
+    """The colour a drafter has in every plot."""
+    if drafter in DRAFTER_COLOURS:
+        return DRAFTER_COLOURS[drafter]
+    return SPARE_COLOURS[sum(map(ord, drafter)) % len(SPARE_COLOURS)]
+
+
 def marker_sizes(counts: list[int], biggest: int) -> list[float]:
     """Marker diameters growing with the square root of each point's sample count (6 to 18 px)."""
     return [6 + 12 * (n / biggest) ** 0.5 if biggest else 6 for n in counts]
 
 
 def add_counted_points(fig: go.Figure, x: list, y: list, counts: list[int], biggest: int, name: str,
-                       hover: str) -> None:
-    """One curve through the points with at least MIN_SAMPLES samples, and the others as grey rings off it;
-    marker size and hover show each point's sample count n."""
+                       hover: str, colour: str | None = None) -> None:
+    """One curve through the points with at least MIN_SAMPLES samples (in `colour`), and the others as grey rings
+    off it; marker size and hover show each point's sample count n."""
     well = [i for i, n in enumerate(counts) if n >= MIN_SAMPLES]
     few = [i for i, n in enumerate(counts) if n < MIN_SAMPLES]
     template = f"{hover}<br>n=%{{customdata}}<extra>{name}</extra>"
     trace = go.Scatter(x=[x[i] for i in well], y=[y[i] for i in well], mode="lines+markers", name=name,
                        legendgroup=name, customdata=[counts[i] for i in well], hovertemplate=template,
-                       marker=dict(size=marker_sizes([counts[i] for i in well], biggest)))
+                       marker=dict(size=marker_sizes([counts[i] for i in well], biggest), color=colour),
+                       line=dict(color=colour))
     fig.add_trace(trace)
     if few:
         fig.add_trace(go.Scatter(x=[x[i] for i in few], y=[y[i] for i in few], mode="markers", legendgroup=name,
@@ -167,7 +178,7 @@ def position_figure(rows: list[dict], column: str, title: str) -> go.Figure:
     for label, rs in groups.items():
         rs = sorted((r for r in rs if r[column] is not None), key=lambda r: r["i"])
         add_counted_points(fig, [r["i"] for r in rs], [r[column] for r in rs], [r[count] for r in rs], biggest,
-                           label, "i=%{x}<br>%{y:.3f}")
+                           label, "i=%{x}<br>%{y:.3f}", drafter_colour(rs[0]["drafter"]) if rs else None)
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(range=[-0.05, 1.05])
     return fig
@@ -188,6 +199,7 @@ def length_histogram(rows: list[dict]) -> go.Figure:
         total = sum(r["n_steps"] for r in rs)
         rs = sorted(rs, key=lambda r: r["accepted"])
         fig.add_trace(go.Bar(x=[r["accepted"] for r in rs], y=[r["n_steps"] / total for r in rs], name=label,
+                             marker_color=drafter_colour(rs[0]["drafter"]),
                              customdata=[r["n_steps"] for r in rs],
                              hovertemplate="accepted=%{x}<br>%{y:.3f} (%{customdata} steps)<extra></extra>"))
     fig.update_layout(barmode="group")
@@ -210,7 +222,7 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
     for drafter, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["q_mean"])
         add_counted_points(fig, [r["q_mean"] for r in rs], [r["acceptance"] for r in rs], [r["n"] for r in rs],
-                           biggest, drafter, "q≈%{x:.2f}<br>accepted %{y:.3f}")
+                           biggest, drafter, "q≈%{x:.2f}<br>accepted %{y:.3f}", drafter_colour(drafter))
     fig.update_xaxes(range=[-0.02, 1.02])
     fig.update_yaxes(range=[-0.02, 1.05])
     return fig

@@ -42,8 +42,9 @@ def length_rows(h: History, target: str | None, drafters: list[str] | None, suit
 
 def calibration_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None,
                      bins: int = 10) -> list[dict]:
-    """Drafted tokens the verifier reached, binned by q: {drafter, bin, q_mean, acceptance, n}."""
+    """Drafted tokens the verifier reached in finished runs, binned by q: {drafter, bin, q_mean, acceptance, n}."""
     where, params = where_clause(target, drafters, suite, prefix="r.")
+    where = f"{where} AND r.status = 'done'" if where else "WHERE r.status = 'done'"
     return h.query(f"""
         WITH tokens AS (
             SELECT r.drafter, s.accepted, unnest(range(len(s.q))) AS j, s.q

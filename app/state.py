@@ -75,6 +75,7 @@ class Workbench:
     examples: list[dict] = field(default_factory=list)
     hardware: str = ""
     default_k: dict[str, int] = field(default_factory=dict)
+    speedup_source: dict[str, str] = field(default_factory=dict)  # where measured_speedups() found each figure
     _cache: dict = field(default_factory=dict)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
 
@@ -115,7 +116,8 @@ class Workbench:
     def measured_speedups(self) -> dict[str, tuple[float, int]]:
         """{label: (best measured speedup over ar, its K)} for loaded drafters, greedy, batch 1, on this device:
         from the history's measured_speedup view (runs paired with ar on the same prompt), else from the
-        `measured` rows of a checkpoint's model card (training.json) taken on the same device kind."""
+        `measured` rows of a checkpoint's model card (training.json) taken on the same device kind. Where each figure
+        came from is left in speedup_source[label]."""
         device, out = jax.devices()[0].device_kind, {}
         rows = self.history.query(
             "SELECT drafter, drafter_checkpoint, k, speedup FROM measured_speedup WHERE target = ? AND dtype = ? "
@@ -127,12 +129,14 @@ class Workbench:
             loaded = self.drafter(label)
             mine = [(r["speedup"], r["k"]) for r in rows
                     if r["drafter"] == loaded.name and r["drafter_checkpoint"] == loaded.checkpoint]
+            source = f"runs paired with ar in {self.history.path.name}"
             card = Path(loaded.checkpoint or "") / "training.json"
             if not mine and loaded.checkpoint and card.is_file():
                 mine = [(m["speedup"], m["k"]) for m in json.loads(card.read_text()).get("measured", [])
                         if m.get("device_kind") == device and m.get("speedup")]
+                source = f"its model card {card}, measured on this device kind ({device})"
             if mine:
-                out[label] = max(mine)
+                out[label], self.speedup_source[label] = max(mine), source
         return out
 
     def try_drafter(self, label: str, source: str) -> bool:
@@ -224,7 +228,8 @@ def start(target: str | None = None, dtype: str = "float32", db: str | None = No
             print(f"draftscope: drafter {path}: {'ok' if ok else 'unavailable: ' + wb.unavailable[label]}", flush=True)
     for label, (speedup, k) in wb.measured_speedups().items():  # each drafter's best measured K is its default
         wb.default_k[label] = k
-        print(f"draftscope: drafter {label}: measured {speedup:.2f}x over ar at K={k} here", flush=True)
+        print(f"draftscope: drafter {label}: {speedup:.2f}x over ar at K={k} (from {wb.speedup_source[label]})",
+              flush=True)
     wb.examples = load_examples()
     t1 = time.perf_counter()
     for label in wb.sources:

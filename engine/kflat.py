@@ -21,7 +21,7 @@ import numpy as np
 from .cache import init_cache
 from .config import config_from_hf, read_json
 from .decode import cache_len_for, verify_block
-from .drafters import load_drafter
+from .drafters import check_k, load_drafter
 from .target import Target, load_target
 from .weights import random_params
 
@@ -72,6 +72,10 @@ def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str
                   on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies. on_k(i, K) is called
     before the i-th K is compiled and timed (progress), on_row(row) as soon as its row is measured (to store it)."""
+    if drafter_name and drafter_name != "ar":  # every K the drafter refuses stops here, before anything compiles
+        drafter = load_drafter(drafter_name, target)
+        for k in ks:
+            check_k(k, drafter.max_k, drafter.name)
     max_len = cache_len_for(context, 0, max(ks) + 1)
     rows = []
     for i, k in enumerate(ks):

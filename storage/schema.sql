@@ -160,7 +160,7 @@ SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.prompt_id, r.categ
 FROM runs r
 LEFT JOIN (SELECT run_id, count(*) AS n_annotations FROM annotations GROUP BY run_id) a USING (run_id);
 
--- Per draft position i (1-based within the block): how far blocks survive.
+-- Per draft position i (1-based within the block): how far blocks survive (finished runs only, as every view).
 -- n_steps: steps that drafted >= i tokens; n_reached: of those, steps with accepted >= i-1 (token i was
 -- reached); n_accepted: steps with accepted >= i. survival = n_accepted / n_steps;
 -- conditional_acceptance = n_accepted / n_reached = P(accept i | accepted i-1).
@@ -169,6 +169,7 @@ WITH per_pos AS (
     SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted,
            unnest(range(1, len(s.drafted) + 1)) AS i
     FROM steps s JOIN runs r USING (run_id)
+    WHERE r.status = 'done'
 )
 SELECT target, drafter, suite, k, temperature, i,
        count(*) AS n_steps,
@@ -199,6 +200,7 @@ GROUP BY target, dtype, suite, drafter, k, temperature, batch;
 CREATE OR REPLACE VIEW acceptance_lengths AS
 SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
 FROM steps s JOIN runs r USING (run_id)
+WHERE r.status = 'done'
 GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
 
 -- Speedup over ar measured like for like: each finished drafter run paired with the ar run of the same

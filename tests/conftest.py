@@ -1,8 +1,13 @@
-"""Shared fixtures: the embedded target (once per session); the workbench app (once per module)."""
+"""Shared fixtures: the embedded target (once per session); the workbench app (once per module).
+
+Tests that use either are marked `slow` here, so `pytest -m "not slow"` is the fast tier. Under CI (CI=true) a run
+with any dependency the tests need missing fails at once instead of skipping what needs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +18,35 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+REQUIRED_MODULES = ("torch", "transformers", "accelerate", "playwright", "kaleido")  # reference tests, browser, PNG
+SLOW_FIXTURES = {"target", "app_server"}
+
+
+def missing_dependencies() -> list[str]:
+    """What the full suite needs and this machine lacks (each would skip tests)."""
+    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
+    return missing + ([CHROMIUM] if not shutil.which(CHROMIUM) else [])
+
+
+def pytest_sessionstart(session):
+    missing = missing_dependencies()
+    if missing and os.environ.get("CI") == "true":
+        pytest.exit(f"CI needs {', '.join(missing)}: install them (scripts/test.sh does) instead of skipping their "
+                    "tests", returncode=3)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter):
+    missing = missing_dependencies()
+    if missing:
+        terminalreporter.write_line(f"draftscope: {', '.join(missing)} missing here: the tests that need them were "
+                                    "skipped (CI refuses to run without them)")
 
 
 @pytest.fixture(scope="session")

@@ -22,3 +22,11 @@ LOSSLESS_PROMPTS = [
     "Translate 'good morning, how are you?' into French.",
     "List five animals that live in the ocean.",
 ]
+
+# Right-to-left, CJK, Cyrillic and emoji text: multibyte tokens and byte pieces split across tokens.
+NON_ASCII_PROMPTS = [
+    "Translate into English: السلام عليكم، كيف حالك اليوم؟",
+    "日本の首都はどこですか？一文で答えてください。",
+    "Write one sentence that uses these three emoji: 🚀🌍✨",
+    "Объясни в двух предложениях, что такое фотосинтез.",
+]

@@ -232,3 +232,25 @@ def test_points_show_their_sample_count_and_few_samples_are_greyed():
     assert len(survival) == 1 and list(survival[0].customdata) == [200] * 4  # survival counts every drafting step
     legend = fig.layout.legend
     assert legend.orientation == "h" and legend.yanchor == "top" and legend.y < 0  # under the plot, wrapping
+
+
+def test_each_drafter_has_one_colour_in_every_acceptance_plot():
+    def pos(drafter, suite):
+        return [{"drafter": drafter, "suite": suite, "k": 4, "temperature": 0.0, "i": i, "survival": 0.5,
+                 "conditional_acceptance": 0.5, "n_steps": 20, "n_reached": 20} for i in (1, 2)]
+
+    def lengths(drafter):
+        return [{"drafter": drafter, "suite": "gsm8k", "k": 4, "temperature": 0.0, "accepted": a, "n_steps": 5}
+                for a in (0, 1)]
+
+    calib_rows = [{"drafter": d, "bin": 5, "q_mean": 0.5, "acceptance": 0.4, "n": 30} for d in ("eagle3", "dflash")]
+    figures = [plots.position_figure(pos("eagle3", "a") + pos("dflash", "a") + pos("dflash", "b"), "survival", "S"),
+               plots.length_histogram(lengths("dflash") + lengths("eagle3")), plots.calibration_figure(calib_rows)]
+    seen: dict[str, set] = {}
+    for fig in figures:
+        for trace in fig.data:
+            drafter = trace.name.split(" ")[0]
+            if drafter in ("dflash", "eagle3"):
+                seen.setdefault(drafter, set()).add(trace.marker.color)
+    assert seen == {"dflash": {plots.drafter_colour("dflash")}, "eagle3": {plots.drafter_colour("eagle3")}}
+    assert plots.drafter_colour("dflash") != plots.drafter_colour("eagle3")

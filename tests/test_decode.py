@@ -21,7 +21,7 @@ from engine import (
     load_target,
     stream,
 )
-from tests.prompts import LOSSLESS_PROMPTS
+from tests.prompts import LOSSLESS_PROMPTS, NON_ASCII_PROMPTS
 
 MAX_NEW = 40
 
@@ -95,6 +95,29 @@ def test_batch_is_lossless_per_sequence_with_ragged_lengths(target, ar_outputs, 
         assert sum(r.stats["accepted"] for r in results) > 0
 
 
+SHIPPED_PROMPTS = LOSSLESS_PROMPTS[:12] + NON_ASCII_PROMPTS  # code, math, chat and non-ASCII: 16 prompts
+
+
+@pytest.fixture(scope="module")
+def shipped_refs(target):
+    ar = load_drafter("ar", target)
+    return [generate(target, p, drafter=ar, max_new_tokens=MAX_NEW).token_ids for p in SHIPPED_PROMPTS]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("name", ["dflash", "eagle3"])
+def test_shipped_trained_drafters_are_lossless_with_many_drafts_accepted(target, shipped_refs, name, batch):
+    """The shipped checkpoints (trained: most drafts are real tokens) on 16 varied prompts, alone and 4 at a time:
+    every sequence is the target's greedy output, and enough drafts were accepted for that to mean something."""
+    drafter = load_drafter(name, target, k=4)
+    results = [r for i in range(0, len(SHIPPED_PROMPTS), batch)
+               for r in generate_batch(target, SHIPPED_PROMPTS[i:i + batch], drafter, max_new_tokens=MAX_NEW)]
+    for prompt, res, want in zip(SHIPPED_PROMPTS, results, shipped_refs, strict=True):
+        assert res.token_ids == want, prompt
+    accepted = [r.stats["accepted"] for r in results]
+    assert sum(accepted) >= 8 * len(results) and sum(a > 0 for a in accepted) >= 12, accepted
+
+
 @pytest.mark.parametrize("name", ["dflash", "eagle3"])
 def test_batched_drafting_compiles_nothing_after_warmup(target, name):
     """The batch size is one more static shape: a second batch of other ragged prompts (sequences finishing at
@@ -111,6 +134,20 @@ def test_no_recompilation_after_warmup(target):
     before = compile_count()
     result = generate(target, "Now a different prompt of another length, please answer.", drafter=drafter,
                       max_new_tokens=16)
+    assert result.stats["compiles"] == 0 and compile_count() == before
+
+
+def test_no_recompilation_after_warmup_when_sampling_in_a_larger_cache_bucket(target):
+    """T > 0 (the sampling verify program) with prompts long enough for the second cache bucket: after one warm-up
+    run, another prompt of another length in that bucket, another seed and temperature compiles nothing."""
+    drafter = load_drafter("ngram", target, k=5)
+    first = "Summarise: " + "the quick brown fox jumps over the lazy dog. " * 22
+    second = "Summarise this, please: " + "a stitch in time saves nine, they say. " * 25
+    lengths = [len(target.encode(p)) for p in (first, second)]
+    assert lengths[0] != lengths[1] and all(256 < n + 16 + 7 <= 512 for n in lengths), lengths  # bucket 512, not 256
+    generate(target, first, drafter=drafter, max_new_tokens=16, temperature=0.8, seed=1)
+    before = compile_count()
+    result = generate(target, second, drafter=drafter, max_new_tokens=16, temperature=0.6, top_p=0.9, seed=2)
     assert result.stats["compiles"] == 0 and compile_count() == before
 
 

@@ -49,7 +49,8 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
         return out(running if live.status == "running" else status_of(live))
 
     try:
-        labels = sorted(labels or [], key=lambda label: label != "ar")
+        order = {label: i for i, label in enumerate(wb.drafter_labels)}  # the checkboxes' order, ar first
+        labels = sorted(labels or [], key=lambda label: (label != "ar", order.get(label, len(order))))
         if not 2 <= len(labels) <= SLOTS:
             raise AppError(f"pick 2 to {SLOTS} drafters to compare, not {len(labels)}")
         k = None if not str(k if k is not None else "").strip() else k  # checked against each drafter below
