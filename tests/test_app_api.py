@@ -142,12 +142,14 @@ def test_compare_starts_from_the_generate_defaults_and_brings_its_ar(client, his
     drafter, k = generate["drafter"], generate["k"]  # the preselected drafter at its default K
     others = [d for d in ("ngram", "eagle3") if d != drafter][:1]
     prompt = "Name two rivers."
-    out = client.predict(prompt, [drafter, *others], "", 0.0, 8, api_name="/compare")
-    assert "2 runs" in out[0] and f"{drafter} K={k}" in out[1]
+    out = client.predict(prompt, [*others, drafter], "", 0.0, 8, api_name="/compare")  # clicked in this order
+    columns = [d for d in ("ngram", "dflash", "eagle3") if d in {drafter, *others}]  # shown in the checkboxes' order
+    assert "2 runs" in out[0] and f"{drafter} K={k}" in out[1 + columns.index(drafter)]
     group = history.list_runs(limit=1)[0]["comparison_group"]
     runs = history.query("SELECT drafter, k FROM runs WHERE comparison_group = ? ORDER BY created_at", [group])
-    assert [r["drafter"] for r in runs] == ["ar", drafter, *others]  # ar ran first: none was stored for this prompt
-    assert runs[1]["k"] == k and "ar on this prompt and settings, just run" in out[1]
+    assert [r["drafter"] for r in runs] == ["ar", *columns]  # ar ran first: none was stored for this prompt
+    assert runs[1 + columns.index(drafter)]["k"] == k
+    assert "ar on this prompt and settings, just run" in out[1 + columns.index(drafter)]
     assert "pick 2 to 4" in client.predict("hi", ["ngram"], "", 0.0, 8, api_name="/compare")[0]
     assert "K for ngram must be a whole number in 1..64" in client.predict("hi", ["ngram", "ar"], "2.5", 0.0, 8,
                                                                            api_name="/compare")[0]
