@@ -38,7 +38,8 @@ def _stage(card: dict) -> list[str]:
     when = card.get("date") or "date not recorded"
     hardware = card.get("hardware") or {}
     where = hardware.get("device") or hardware.get("backend") or data.get("generated_on") or "hardware not recorded"
-    lines = [f"- **{when}**, {where}: {data.get('sequences', '?'):,} training sequences"
+    sequences = f"{data['sequences']:,}" if isinstance(data.get("sequences"), int) else "?"
+    lines = [f"- **{when}**, {where}: {sequences} training sequences"
              + (f" ({data['response_tokens']:,} response tokens)" if data.get("response_tokens") else "")
              + (f" from {', '.join(data['sources'])}" if data.get("sources") else
                 f" ({data['prompts']})" if data.get("prompts") else "")
@@ -58,8 +59,12 @@ def render_card(name: str, card: dict) -> str:
     arch.setdefault("max_k", arch.get("block_size", 1) - 1)
     title = {"dflash": "A DFlash", "eagle3": "An EAGLE-3"}[kind]
     weights = f"; {card['weights']}" if card.get("weights") else ""
+    try:
+        shape = FORMATS[kind].format(**arch)
+    except KeyError as missing:
+        shape = f"{kind} ({missing.args[0]} and the rest of its architecture not recorded in training.json)"
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
-             f"- **Format**: {FORMATS[kind].format(**arch)}{weights}.",
+             f"- **Format**: {shape}{weights}.",
              f"- **Load**: `load_drafter(\"{kind}\", target)` (the default) or "
              f"`load_drafter(\"checkpoints/{name}\", target)`.", "", "## Training (newest stage first)", ""]
     stage: dict | None = card

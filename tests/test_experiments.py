@@ -222,7 +222,8 @@ def test_kflat_import(tmp_path):
                              "--db", db])[0] == 0
     stored = open_history(db).list_kflat(hardware="gpu: NVIDIA H200")
     assert [(r["k"], r["verify_ms"], r["draft_ms"]) for r in stored] == [(1, 1.8, None), (16, 1.9, 0.3)]
-    assert stored[1]["extra"] == {"note": "h200"}
+    assert stored[1]["extra"]["note"] == "h200"
+    assert stored[1]["extra"]["command"].startswith("python -m experiments.kflat --import")
     rows.write_text('{"k": 0, "context": 256, "verify_ms": 1.8}\n')
     assert _run(kflat.main, ["--import", str(rows), "--label", "x", "--db", db])[0] == 2
 
@@ -294,6 +295,8 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
     card = json.loads((ckpt / "training.json").read_text())
     assert card["drafter"] == "dflash"
     assert sorted((m["k"], m["tau"]) for m in card["measured"]) == [(4, 2.7), (6, 2.9)]  # the rerun replaced K=4
+    readme = (ckpt / "README.md").read_text()  # the card is rewritten from training.json
+    assert "| gsm8k | 6 | 20 | 2.90 | 1.60x | True |" in readme and "architecture not recorded" in readme
 
 
 def test_curves_from_model_cards(tmp_path):

@@ -175,3 +175,30 @@ def test_anchors_cover_every_valid_response_position_when_enough_are_asked():
     for a, v, n, p in zip(anchors, valid, lengths, prompt_lens, strict=True):
         assert a[v].tolist() == list(range(p - 1, n - 1))  # every anchor whose next token is a response token
         assert not a[~v].any()
+
+
+def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(target, tmp_path):
+    """History -> export -> train_drafter --export: three annotated rejections become three training prefixes (the
+    prompt, the tokens emitted before that step and the drafts before the rejected one), each continued by the
+    target, and a fine-tune runs on them."""
+    from storage import export_annotations, open_history
+
+    history = open_history(tmp_path / "h.duckdb")
+    prompt = "Say it three times: red, green, blue; red, green, blue; red, green"
+    run = generate(target, prompt, drafter=load_drafter("ngram", target, k=4), max_new_tokens=32)
+    run_id = history.write_run(run.to_dict(), prompt=prompt)
+    rejected = [s for s in run.steps if s.accepted < len(s.drafted)][:3]
+    assert len(rejected) == 3
+    for s in rejected:
+        history.save_annotation(run_id, s.index, s.accepted, "number", "")
+    export_annotations(history, tmp_path / "export")
+    emitted_before = {s.index: [t for e in run.steps[:s.index] for t in e.emitted] for s in rejected}
+    expected = sorted(run.prompt_ids + emitted_before[s.index] + s.drafted[:s.accepted] for s in rejected)
+    seqs = train_drafter.export_sequences(target, tmp_path / "export", 1, 4, ())
+    prefixes = sorted(seqs.tokens[seqs.offsets[i]:seqs.offsets[i] + seqs.prompt_lens[i]].tolist()
+                      for i in range(len(seqs)))
+    assert prefixes == expected
+    cfg, params = init_dflash(target, num_layers=1, block_size=4, intermediate_size=64, seed=0)
+    init = save_dflash(tmp_path / "init", cfg, params)
+    out = _train(tmp_path, init, tmp_path / "export", "chain", steps=1)
+    assert json.loads((out / "training.json").read_text())["data"]["export"] == str(tmp_path / "export")
