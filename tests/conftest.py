@@ -1,7 +1,8 @@
 """Shared fixtures: the embedded target (once per session); the workbench app (once per module).
 
-Tests that use either are marked `slow` here, so `pytest -m "not slow"` is the fast tier. Under CI (CI=true) a run
-with any dependency the tests need missing fails at once instead of skipping what needs it."""
+Tests that use either (or the mesh worker) are marked `slow` here; those that load the embedded model in a CLI
+subprocess carry the mark themselves; `pytest -m "not slow"` is the fast tier. Under CI (CI=true) a run with any
+dependency the tests need missing fails at once instead of skipping what needs it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 REQUIRED_MODULES = ("torch", "transformers", "accelerate", "playwright", "kaleido")  # reference tests, browser, PNG
-SLOW_FIXTURES = {"target", "app_server"}
+SLOW_FIXTURES = {"target", "app_server", "mesh_run"}  # each loads the embedded model (mesh_run: in a subprocess)
 
 
 def missing_dependencies() -> list[str]:

@@ -205,6 +205,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_generate_cli_json_and_lossless(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "Count from 1 to 5."}) + "\n"
@@ -224,6 +225,7 @@ def test_generate_cli_json_and_lossless(tmp_path):
     assert bad.returncode == 2 and "empty" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_kflat_cli_json():
     out = _cli("engine.kflat", "--ks", "1,4", "--context", "32", "--drafter", "ngram", "--repeats", "1", "--json")
     assert out.returncode == 0, out.stderr

@@ -112,3 +112,16 @@ def test_anchors_cover_response_positions_only_without_replacement():
         assert picked.min(initial=p - 1) >= p - 1 and picked.max(initial=0) <= n - 2  # labels a+1.. lie in the response
         assert len(picked) == min(16, n - p)
     assert anchors[2][valid[2]].tolist() == [28]
+
+
+def test_continuous_batching_on_a_tiny_target_equals_generate_ar():
+    """The fast-tier twin of the embedded-model test: a random 12-token target, 5 prompts over 2 slots."""
+    from engine.drafters.ar import ArDrafter
+    from tests.test_sampling import TARGET
+
+    prompts = ["\x01\x05\x07\x03", "\x02\x09", "\x04", "\x03\x03\x03\x03\x03\x03", "\x0a\x06"]
+    refs = [generate(TARGET, p, drafter=ArDrafter(), max_new_tokens=10, raw=True).token_ids for p in prompts]
+    ids = [TARGET.encode(p, raw=True) for p in prompts]
+    got = {i: r.tolist() for i, r, _ in greedy_continuous(TARGET, enumerate(ids), 10, slots=2,
+                                                          cache_len=cache_len_for_queue(8, 10, 8))}
+    assert [got[i] for i in range(len(prompts))] == refs

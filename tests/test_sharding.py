@@ -112,6 +112,7 @@ def run_cli(args: list[str], devices: int | None) -> subprocess.CompletedProcess
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_generate_cli_on_a_mesh_is_lossless():
     proc = run_cli(["engine.generate", "--prompt", "Name three primary colors.", "--drafter", "ngram", "--k", "4",
                     "--max-new-tokens", "16", "--mesh", "2x2", "--check-lossless", "--json"], devices=4)
