@@ -157,14 +157,18 @@ VIEW_END = "</div></div>"
 PROMPT_FOLD, PROMPT_HEAD, PROMPT_TAIL = 1500, 600, 300  # a prompt longer than PROMPT_FOLD shows head ... tail
 
 
-def prompt_html(prompt: str) -> str:
-    """The prompt (escaped); a long one folded to its head and tail around a <details> holding the rest."""
+def prompt_html(prompt: str, templated: str | None = None) -> str:
+    """The prompt (escaped); a long one folded to its head and tail around a <details> holding the rest. templated:
+    what the target reads (the chat template applied, special tokens shown), folded under the prompt."""
     body = escape(prompt)
     if len(prompt) > PROMPT_FOLD:
         middle = prompt[PROMPT_HEAD:-PROMPT_TAIL]
         body = (f"{escape(prompt[:PROMPT_HEAD])}<details><summary> ⋯ {len(middle):,} more characters "
                 f"({len(prompt):,} in all; click to show or hide) ⋯ </summary>{escape(middle)}</details>"
                 f"{escape(prompt[-PROMPT_TAIL:])}")
+    if templated is not None and templated != prompt:
+        body += (f'<details class="ds-templated"><summary>as the target reads it (chat template applied)</summary>'
+                 f"{escape(templated)}</details>")
     return f'<div class="ds-prompt"><b>prompt</b>\n{body}</div>'
 
 
@@ -174,9 +178,10 @@ def plain_html(text: str | None) -> str:
 
 
 def block_view(steps: Iterable[Any], prompt: str | None = None, clickable: bool = False,
-               annotated: Iterable[tuple[int, int]] = (), legend: bool = True, pick_unverified: bool = False) -> str:
+               annotated: Iterable[tuple[int, int]] = (), legend: bool = True, pick_unverified: bool = False,
+               templated: str | None = None) -> str:
     """The whole block view: a colour legend, the prompt (escaped) and every step's block."""
-    view, steps = LiveView(prompt, legend, clickable, annotated, pick_unverified), as_dicts(steps)
+    view, steps = LiveView(prompt, legend, clickable, annotated, pick_unverified, templated), as_dicts(steps)
     return view.html(steps, done=True) if steps else view.head + '<span class="ds-empty">no steps yet</span>' + VIEW_END
 
 
@@ -185,8 +190,9 @@ class LiveView:
     Gradio streams just the new steps (the unclosed divs are closed by the browser until `done`)."""
 
     def __init__(self, prompt: str | None = None, legend: bool = True, clickable: bool = False,
-                 annotated: Iterable[tuple[int, int]] = (), pick_unverified: bool = False) -> None:
-        head = prompt_html(prompt) if prompt else ""
+                 annotated: Iterable[tuple[int, int]] = (), pick_unverified: bool = False,
+                 templated: str | None = None) -> None:
+        head = prompt_html(prompt, templated) if prompt else ""
         self.head = f'<div class="ds-view">{LEGEND if legend else ""}{head}<div class="ds-blocks">'
         self.clickable, self.annotated, self.pick_unverified = clickable, list(annotated), pick_unverified
         self.parts: list[str] = []

@@ -69,9 +69,10 @@ def live_stats(steps: list[dict], decode_s: float) -> dict:
             "n_steps": len(steps), "n_generated": n_out, "drafted": drafted, "accepted": accepted}
 
 
-def engine_settings(temperature: float, max_new_tokens: int) -> dict:
-    """The generation keywords of every app run (greedy when temperature is 0, seed 0, chat template)."""
-    return dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=False)
+def engine_settings(temperature: float, max_new_tokens: int, raw: bool = False) -> dict:
+    """The generation keywords of every app run (greedy when temperature is 0, seed 0; the chat template unless
+    raw)."""
+    return dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=bool(raw))
 
 
 def run_settings(wb: Workbench, drafter: engine.Drafter, settings: dict) -> dict:
@@ -84,7 +85,7 @@ def partial_result(wb: Workbench, drafter: engine.Drafter, prompt: str, steps: l
     """A GenerationResult-shaped dict for a run stopped before its end."""
     now = time.perf_counter()
     out = [t for s in steps for t in s["emitted"]]
-    prompt_ids = wb.target.encode(prompt).tolist()
+    prompt_ids = wb.target.encode(prompt, settings["raw"]).tolist()
     stats = live_stats(steps, now - t_decode) | {
         "wall_s": now - t_start, "prefill_ms": (t_decode - t_start) * 1e3, "decode_s": now - t_decode,
         "n_prompt": len(prompt_ids), "draft_ms": sum(s["draft_ms"] for s in steps),
@@ -106,7 +107,7 @@ def store(wb: Workbench, result: dict, **meta) -> tuple[str | None, str]:
 
 
 def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperature: float, max_new_tokens: int,
-               stop: threading.Event | None = None, reference: Reference | None = None,
+               stop: threading.Event | None = None, reference: Reference | None = None, raw: bool = False,
                **meta) -> Iterator[Live]:
     """Compile this run's shapes (untimed), then yield a Live after every verify step, then the stored run (status
     'done' or 'cancelled'). K: see Workbench.drafter.
@@ -116,7 +117,7 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     in the reference's comparison group unless meta names one.
     """
     drafter = wb.drafter(label, k)
-    settings = engine_settings(temperature, max_new_tokens)
+    settings = engine_settings(temperature, max_new_tokens, raw)
     compiles, seconds = engine.warm_up(wb.target, [prompt], drafter, **settings)
     warm = {"warmup_compiles": compiles, "warmup_s": seconds}
     gen = engine.stream(wb.target, prompt, drafter, **settings)
@@ -167,9 +168,10 @@ def reference_of(live: Live, comparison_group: str | None, note: str) -> Referen
     return Reference(live.run_id, tok_per_s, live.token_ids, comparison_group, f"{note}: {tok_per_s:.1f} tok/s")
 
 
-def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int) -> Reference | None:
+def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
+                     raw: bool = False) -> Reference | None:
     """The newest stored `ar` run on this prompt and settings, timed warm (queries.matching_ar_run), or None."""
-    settings = run_settings(wb, wb.drafter("ar"), engine_settings(temperature, max_new_tokens))
+    settings = run_settings(wb, wb.drafter("ar"), engine_settings(temperature, max_new_tokens, raw))
     row = queries.matching_ar_run(wb.history, prompt, settings)
     if row is None:
         return None
@@ -178,12 +180,13 @@ def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tok
 
 
 def run_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
-                  stop: threading.Event | None = None,
-                  comparison_group: str | None = None) -> Generator[Live, None, Reference | None]:
+                  stop: threading.Event | None = None, comparison_group: str | None = None,
+                  raw: bool = False) -> Generator[Live, None, Reference | None]:
     """Run `ar` on this prompt and settings in comparison_group (default: a new group), yielding its Lives; return
     it as the Reference, or None when it was stopped."""
     group = comparison_group or uuid.uuid4().hex
-    for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, comparison_group=group):
+    for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, raw=raw,
+                           comparison_group=group):
         yield live
     return reference_of(live, group, "ar on this prompt and settings, just run") if live.status == "done" else None
 

@@ -135,6 +135,20 @@ def test_speedup_is_against_warm_ar_on_the_same_prompt_and_settings(client, hist
     assert [r["max_new_tokens"] for r in ar_runs()] == [12, 20]
 
 
+def test_raw_prompts_skip_the_chat_template_and_the_view_shows_what_the_target_reads(client, history):
+    prompt = "The capital of France is"
+    view = client.predict(prompt, "ngram", 4, 0.0, 8, False, False, api_name="/generate")[0]
+    assert "as the target reads it" in view and "&lt;|im_start|&gt;" in view  # the template, folded, escaped
+    templated = history.list_runs(limit=1)[0]["run_id"]
+    view, _, status, run_id, _ = client.predict(prompt, "ngram", 4, 0.0, 8, False, True, api_name="/generate")
+    assert "stored as run" in status and "as the target reads it" not in view  # raw: it reads the prompt itself
+    raw_run, templated_run = history.get_run(run_id), history.get_run(templated)
+    assert raw_run["settings"]["raw"] is True and templated_run["settings"]["raw"] is False
+    assert len(raw_run["prompt_ids"]) < len(templated_run["prompt_ids"])
+    ar = history.query("SELECT run_id FROM runs WHERE drafter = 'ar' AND prompt = ?", [prompt])
+    assert len(ar) == 2  # raw and templated runs each got their own ar reference: kept apart
+
+
 def test_compare_starts_from_the_generate_defaults_and_brings_its_ar(client, history):
     defaults = api_defaults(client)
     generate, compare = defaults["/generate"], defaults["/compare"]
@@ -210,7 +224,8 @@ def test_annotate_and_export(client, history, app_server):
 def test_api_parameters_are_named_as_the_ui_names_them(client):
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     names = {endpoint: [p["parameter_name"] for p in info["parameters"]] for endpoint, info in api.items()}
-    assert names["/generate"] == ["prompt", "drafter", "k", "temperature", "max_new_tokens", "run_ar_again"]
+    assert names["/generate"] == ["prompt", "drafter", "k", "temperature", "max_new_tokens", "run_ar_again",
+                                  "raw_prompt"]
     assert names["/compare"] == ["prompt", "drafters", "k", "temperature", "max_new_tokens"]
     assert names["/annotate"] == ["run_id", "rejected_token", "label", "note", "only_this_run"]
     assert names["/annotation_update"] == ["annotation_id", "label", "note", "run_id", "only_this_run"]

@@ -49,9 +49,17 @@ def k_field(wb: Workbench, label: str) -> dict:
             "info": f"{label}: a whole number in 1..{wb.max_k(label)} (default {wb.default_k[label]})"}
 
 
+def templated_text(wb: Workbench, prompt: str, raw: bool) -> str | None:
+    """What the target reads for this prompt (special tokens shown), or None for an empty prompt."""
+    if not (prompt or "").strip():
+        return None
+    return wb.target.tokenizer.decode(wb.target.encode(prompt, raw).tolist(), skip_special_tokens=False)
+
+
 def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_new, with_ar: bool,
-             request: gr.Request | None = None) -> Iterator[tuple[str, str, str, str, str]]:
-    """Stream (block view, stats, status, run_id, plain output) after each verify step."""
+             raw: bool = False, request: gr.Request | None = None) -> Iterator[tuple[str, str, str, str, str]]:
+    """Stream (block view, stats, status, run_id, plain output) after each verify step. raw: the prompt as typed,
+    without the chat template."""
     stop = wb.stop_event(session_of(request))
     view, text = block_view([], prompt), plain_html("")
 
@@ -65,15 +73,16 @@ def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_
         wb.drafter(label, k)  # a K this drafter refuses stops here, before any ar run
         reference = None
         if label != "ar":  # speedup against ar on this prompt and settings: a stored run, else one run now
-            reference = None if with_ar else stored_reference(wb, prompt, temperature, max_new)
+            reference = None if with_ar else stored_reference(wb, prompt, temperature, max_new, raw)
             if reference is None:
                 yield view, "", prefill_status(wb, "ar", prompt), "", text
-                reference = yield from relay(run_reference(wb, prompt, temperature, max_new, stop), ar_progress)
+                reference = yield from relay(run_reference(wb, prompt, temperature, max_new, stop, raw=raw),
+                                             ar_progress)
                 if reference is None:
                     return
-        live_view = LiveView(prompt)
+        live_view = LiveView(prompt, templated=templated_text(wb, prompt, raw))
         yield view, "", prefill_status(wb, label, prompt), "", text
-        for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference):
+        for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference, raw=raw):
             stats = stats_html(live.stats, *speedup(live, reference), steps=live.steps)
             view = live_view.html(live.steps, done=live.status != "running")
             yield view, stats, status_of(live), live.run_id or "", plain_html(output_text(wb, live.steps))
@@ -97,6 +106,8 @@ def build(wb: Workbench) -> gr.Textbox:
             temperature = temperature_input(elem_id="gen-temperature")
             with_ar = gr.Checkbox(label="run ar on this prompt again for the speedup (otherwise the stored ar run "
                                         "with this prompt and settings is used, and ar runs first when there is none)")
+            raw = gr.Checkbox(label="raw prompt: no chat template (the block view shows what the target reads)",
+                              elem_id="gen-raw")
             with gr.Row():
                 run = gr.Button("Generate", variant="primary", elem_id="gen-run")
                 stop = gr.Button("Stop", variant="stop", elem_id="gen-stop")
@@ -113,10 +124,11 @@ def build(wb: Workbench) -> gr.Textbox:
         text = gr.HTML(plain_html(""), elem_id="gen-text", scale=2)
     run_id = gr.Textbox(label="stored run id", interactive=False, elem_id="gen-run-id")
 
-    def start(prompt, drafter, k, temperature, max_new_tokens, run_ar_again, request: gr.Request):
-        yield from generate(wb, prompt, drafter, k, temperature, max_new_tokens, run_ar_again, request)
+    def start(prompt, drafter, k, temperature, max_new_tokens, run_ar_again, raw_prompt, request: gr.Request):
+        yield from generate(wb, prompt, drafter, k, temperature, max_new_tokens, run_ar_again, raw_prompt, request)
 
-    inputs, outputs = [prompt, drafter, k, temperature, max_new, with_ar], [view, stats, status, run_id, text]
+    inputs = [prompt, drafter, k, temperature, max_new, with_ar, raw]
+    outputs = [view, stats, status, run_id, text]
     run.click(start, inputs, outputs, api_name="generate", **DEVICE)
     prompt.submit(start, inputs, outputs, api_visibility="private", **DEVICE)
 
