@@ -108,10 +108,16 @@ AR_MATCH_KEYS = ("target", "dtype", "device_kind", "mesh", "batch", "temperature
 def matching_ar_run(h: History, prompt: str, settings: dict) -> dict | None:
     """The newest finished `ar` run on this prompt with the same settings (AR_MATCH_KEYS of a run's settings) and
     timed warm (no XLA compile inside it): {run_id, tok_per_s, token_ids, comparison_group}, or None."""
+    rows = matching_ar_runs(h, prompt, settings, limit=1)
+    return rows[0] if rows else None
+
+
+def matching_ar_runs(h: History, prompt: str, settings: dict, limit: int = 50) -> list[dict]:
+    """Every such `ar` run (see matching_ar_run), newest first: the spread of the baseline on this machine."""
     same = " AND ".join(f"{key} = ?" for key in AR_MATCH_KEYS)
     raw = "coalesce(json_extract(extra, '$.settings.raw')::BOOLEAN, false) = ?"  # chat template or not
     rows = h.query(f"SELECT run_id, tok_per_s, token_ids, comparison_group FROM runs WHERE drafter = 'ar' "
                    f"AND status = 'done' AND compiles = 0 AND tok_per_s > 0 AND prompt = ? AND {same} AND {raw} "
-                   "ORDER BY created_at DESC LIMIT 1",
-                   [prompt, *(settings[key] for key in AR_MATCH_KEYS), bool(settings.get("raw"))])
-    return rows[0] if rows else None
+                   "ORDER BY created_at DESC LIMIT ?",
+                   [prompt, *(settings[key] for key in AR_MATCH_KEYS), bool(settings.get("raw")), int(limit)])
+    return rows

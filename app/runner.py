@@ -56,6 +56,7 @@ class Reference:
     token_ids: list[int]
     comparison_group: str | None
     note: str
+    rates: list[float] = field(default_factory=list)  # tok/s of every stored matching ar run (its spread)
 
 
 def live_stats(steps: list[dict], decode_s: float) -> dict:
@@ -162,21 +163,30 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     yield Live(label, result["steps"], result["stats"], status, run_id, message, result["token_ids"], drafter.k)
 
 
-def reference_of(live: Live, comparison_group: str | None, note: str) -> Reference:
+def ar_rates(wb: Workbench, prompt: str, settings: dict) -> list[float]:
+    """tok/s of every stored `ar` run on this prompt and settings, timed warm."""
+    full = run_settings(wb, wb.drafter("ar"), settings)
+    return [r["tok_per_s"] for r in queries.matching_ar_runs(wb.history, prompt, full)]
+
+
+def reference_of(live: Live, comparison_group: str | None, note: str, rates: list[float] | None = None) -> Reference:
     """A finished `ar` Live as the reference of the drafter runs after it."""
     tok_per_s = live.stats["tok_per_s"]
-    return Reference(live.run_id, tok_per_s, live.token_ids, comparison_group, f"{note}: {tok_per_s:.1f} tok/s")
+    return Reference(live.run_id, tok_per_s, live.token_ids, comparison_group, f"{note}: {tok_per_s:.1f} tok/s",
+                     rates or [])
 
 
 def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
                      raw: bool = False) -> Reference | None:
     """The newest stored `ar` run on this prompt and settings, timed warm (queries.matching_ar_run), or None."""
-    settings = run_settings(wb, wb.drafter("ar"), engine_settings(temperature, max_new_tokens, raw))
-    row = queries.matching_ar_run(wb.history, prompt, settings)
-    if row is None:
+    settings = engine_settings(temperature, max_new_tokens, raw)
+    rows = queries.matching_ar_runs(wb.history, prompt, run_settings(wb, wb.drafter("ar"), settings))
+    if not rows:
         return None
+    row = rows[0]
     return Reference(row["run_id"], row["tok_per_s"], row["token_ids"], row["comparison_group"],
-                     f"stored ar run …{row['run_id'][-8:]}, same prompt and settings: {row['tok_per_s']:.1f} tok/s")
+                     f"stored ar run …{row['run_id'][-8:]}, same prompt and settings: {row['tok_per_s']:.1f} tok/s",
+                     [r["tok_per_s"] for r in rows])
 
 
 def run_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
@@ -188,7 +198,10 @@ def run_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens
     for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, raw=raw,
                            comparison_group=group):
         yield live
-    return reference_of(live, group, "ar on this prompt and settings, just run") if live.status == "done" else None
+    if live.status != "done":
+        return None
+    rates = ar_rates(wb, prompt, engine_settings(temperature, max_new_tokens, raw))
+    return reference_of(live, group, "ar on this prompt and settings, just run", rates)
 
 
 def relay(lives: Generator[Live, None, R], show: Callable[[Live], T]) -> Generator[T, None, R]:
@@ -207,4 +220,10 @@ def speedup(live: Live, reference: Reference | None) -> tuple[float | None, str]
         return 1.0, "this is the ar baseline"
     if reference is None or not reference.tok_per_s:
         return None, "no ar run on this prompt and settings"
-    return live.stats.get("tok_per_s", 0.0) / reference.tok_per_s, reference.note
+    tok_per_s = live.stats.get("tok_per_s", 0.0)
+    note = reference.note
+    if len(reference.rates) >= 2:  # the baseline's own spread on this machine
+        lo, hi = tok_per_s / max(reference.rates), tok_per_s / min(reference.rates)
+        note += (f"; {lo:.2f}-{hi:.2f}x against all {len(reference.rates)} stored ar runs"
+                 + (": within noise" if lo <= 1.0 <= hi else ""))
+    return tok_per_s / reference.tok_per_s, note

@@ -254,3 +254,17 @@ def test_each_drafter_has_one_colour_in_every_acceptance_plot():
                 seen.setdefault(drafter, set()).add(trace.marker.color)
     assert seen == {"dflash": {plots.drafter_colour("dflash")}, "eagle3": {plots.drafter_colour("eagle3")}}
     assert plots.drafter_colour("dflash") != plots.drafter_colour("eagle3")
+
+
+def test_speedup_says_its_range_over_the_stored_ar_runs_and_when_it_is_within_noise():
+    from app.runner import Live, Reference, speedup
+
+    live = Live("ngram", [], {"tok_per_s": 11.0}, "done")
+    one = Reference("r1", 10.0, [], None, "stored ar run")
+    assert speedup(live, one) == (pytest.approx(1.1), "stored ar run")  # one ar run: no spread to show
+    noisy = Reference("r1", 10.0, [], None, "stored ar run", [10.0, 9.2, 11.7])
+    value, note = speedup(live, noisy)
+    assert value == pytest.approx(1.1) and "0.94-1.20x against all 3 stored ar runs: within noise" in note
+    clear = Reference("r1", 10.0, [], None, "stored ar run", [10.0, 9.8, 10.3])
+    assert "1.07-1.12x against all 3 stored ar runs" in speedup(live, clear)[1]
+    assert "within noise" not in speedup(live, clear)[1]

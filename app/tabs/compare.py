@@ -14,7 +14,16 @@ from html import escape
 import gradio as gr
 
 from ..render import LiveView, message_html, plain_html, stats_html
-from ..runner import reference_of, relay, run_reference, run_stream, speedup, stored_reference
+from ..runner import (
+    ar_rates,
+    engine_settings,
+    reference_of,
+    relay,
+    run_reference,
+    run_stream,
+    speedup,
+    stored_reference,
+)
 from ..state import AppError, Workbench
 from .common import (
     DEFAULT_MAX_NEW,
@@ -79,7 +88,8 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
             if live.status != "done":
                 return
             if label == "ar":
-                reference = reference_of(live, group, "ar in this comparison")
+                reference = reference_of(live, group, "ar in this comparison",
+                                         ar_rates(wb, prompt, engine_settings(temperature, max_new)))
         yield out(message_html(f"comparison {group} stored: {len(labels)} runs"))
     except USER_ERRORS as e:
         gr.Warning(str(e))
