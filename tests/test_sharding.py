@@ -26,10 +26,13 @@ LOGITS_TOL, PROB_TOL = 5e-4, 1e-4
 
 
 def child_env(devices: int | None) -> dict:
+    """The environment of a subprocess with `devices` simulated CPU devices. Their collectives wait up to 10 minutes
+    for every device's thread (XLA's default, 40 s, ends the process when two cores are busy with other work)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("XLA_FLAGS", None)
     if devices:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} "
+                            "--xla_cpu_collective_call_terminate_timeout_seconds=600")
     return env
 
 
