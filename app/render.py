@@ -29,11 +29,11 @@ CSS = """
 .ds-plain-text { white-space: pre-wrap; word-break: break-word; }
 .ds-pair { display: grid; gap: 10px; align-items: start;
   grid-template-columns: repeat(auto-fit, minmax(min(340px, 100%), 1fr)); }
-.ds-blocks { white-space: pre-wrap; word-break: break-word; }
-.ds-step { border-left: 2px solid #9ca3af; padding-left: 2px; margin-left: 3px; }
+.ds-blocks { white-space: pre-wrap; word-break: break-word; direction: ltr; }
+.ds-step { border-left: 2px solid #9ca3af; padding-left: 2px; margin-left: 3px; unicode-bidi: isolate; }
 .ds-step:nth-child(even) .tok { outline: 1px dotted #d1d5db; }
 .ds-idx { font-size: 9px; color: #6b7280; vertical-align: super; font-family: system-ui, sans-serif; }
-.tok { border-radius: 3px; padding: 0 1px; cursor: help; }
+.tok { border-radius: 3px; padding: 0 1px; cursor: help; unicode-bidi: isolate; }
 .tok.acc { background: #d1fae5; color: #065f46; }
 .tok.rej { background: #fee2e2; color: #991b1b; text-decoration: line-through; }
 .tok.unv { background: #f3f4f6; color: #6b7280; border-bottom: 1px dashed #9ca3af; }

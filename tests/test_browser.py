@@ -278,3 +278,18 @@ def test_annotate_and_export(page, shots, app_server):
     assert duckdb.sql(f"SELECT note FROM '{by_name['annotations.parquet']}'").fetchall() == [(record["note"],)]
     page.wait_for_selector("#ann-files a, #ann-files .file-name, #ann-files td")
     shot(page, shots / "8-export.png")
+
+
+def test_right_to_left_tokens_keep_the_steps_in_order(page):
+    """Each step and token is its own bidi isolate: Arabic drafts do not reorder the step numbers around them."""
+    from app.render import CSS, block_view
+
+    words = ["مرحبا", " بك", " في", " 12", " العالم", " 3"]
+    steps = [{"index": i, "position": 2 * i, "drafted": [1], "accepted": 1, "bonus": 2, "p": [0.9], "q": [0.9],
+              "top5_ids": [[1], [2]], "top5_p": [[0.9], [0.9]], "emitted": [1, 2], "drafted_text": [w],
+              "bonus_text": " "} for i, w in enumerate(words)]
+    view = page.context.browser.new_page()  # a page of its own in the module's browser
+    view.set_content(f"<style>{CSS}</style>{block_view(steps)}")
+    xs = view.evaluate("[...document.querySelectorAll('.ds-idx')].map(e => e.getBoundingClientRect().x)")
+    view.close()
+    assert len(xs) == len(words) and xs == sorted(xs), xs
