@@ -60,15 +60,17 @@ def test_bad_input_is_a_message(client, args, expected):
 
 
 def test_stop_stores_a_cancelled_run(client, history):
+    """Stop while the drafter's own run streams (after its ar reference): that run is stored as cancelled."""
     job = client.submit("Count from 1 to 300, separated by commas.", "ngram", 4, 0.0, 600, False,
                         api_name="/generate")
-    deadline = time.monotonic() + 60
-    while not job.outputs() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 300
+    while not any("ngram K=4: step" in out[2] for out in job.outputs()) and time.monotonic() < deadline:
         time.sleep(0.05)
     client.predict(api_name="/stop")
     status, run_id = job.result(timeout=120)[2:4]
     assert "stopped" in status and run_id
     run = history.get_run(run_id)
+    assert run["settings"]["drafter"] == "ngram" and run["settings"]["k"] == 4  # the drafter's run, not ar's
     assert run["status"] == "cancelled" and run["stats"]["stop_reason"] == "cancelled"
     assert 0 < run["stats"]["n_generated"] < 600 and len(run["steps"]) == run["stats"]["n_steps"]
 
