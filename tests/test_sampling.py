@@ -15,7 +15,7 @@ import pytest
 from engine import verify
 from engine.cache import init_cache
 from engine.config import ModelConfig
-from engine.decode import generate_batch
+from engine.decode import generate, generate_batch
 from engine.drafters.ar import ArDrafter
 from engine.drafters.dflash import DFlashDrafter, init_dflash
 from engine.drafters.eagle3 import Eagle3Drafter, init_eagle3
@@ -46,7 +46,7 @@ class ByteTokenizer:
         return "".join(chr(i) for i in ids)
 
 
-def tiny_target() -> Target:
+def tiny_target(dtype: str = "float32") -> Target:
     """A random 4-layer Llama with a 12-token vocabulary whose next-token distributions are far from uniform."""
     cfg = ModelConfig(arch="llama", vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_layers=4,
                       num_heads=4, num_kv_heads=2, head_dim=8, rms_eps=1e-5, rope_theta=10000.0, max_position=512,
@@ -57,7 +57,7 @@ def tiny_target() -> Target:
         scale = 0.0 if name.endswith("norm.weight") else 0.3
         return (scale * rng.normal(size=shapes[name]) + (name.endswith("norm.weight"))).astype(np.float32)
 
-    return Target(cfg, build_params(cfg, get, "float32"), ByteTokenizer(), Path("tiny"), "float32", (), "tiny")
+    return Target(cfg, build_params(cfg, get, dtype), ByteTokenizer(), Path("tiny"), dtype, (), "tiny")
 
 
 TARGET = tiny_target()
@@ -109,3 +109,12 @@ def test_first_three_sampled_tokens_follow_the_exact_target_distribution(name):
         stat, df = chi_square(counts, exact_joint(PROMPTS[index]).ravel())
         assert stat < chi2_critical(df), f"{name}, prompt {index}: chi2 {stat:.1f} > {chi2_critical(df):.1f} (df {df})"
         assert name == "ar" or accepted >= 200, accepted  # drafts were accepted (and rejected) along the way
+
+
+def test_a_bfloat16_target_through_generate_is_lossless_and_says_its_dtype():
+    target = tiny_target("bfloat16")
+    assert target.params["embed"].dtype == jnp.bfloat16
+    for prompt in PROMPTS:
+        want = generate(target, prompt, drafter=ArDrafter(), max_new_tokens=16, raw=True)
+        got = generate(target, prompt, drafter=NgramDrafter(k=3), max_new_tokens=16, raw=True)
+        assert got.token_ids == want.token_ids and got.settings["dtype"] == "bfloat16"

@@ -226,6 +226,39 @@ def test_two_processes_write_concurrently(tmp_path: Path) -> None:
     assert h.query("SELECT count(*) AS n FROM steps") == [{"n": 120}]
 
 
+KILLED = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import duckdb
+    from tests.test_storage import make_result
+    from storage import open_history
+    h = open_history(sys.argv[1])
+    for i in range(3):
+        h.write_run(make_result([1, 2]), prompt=f"kept-{i}")
+    con = duckdb.connect(sys.argv[1])  # held open with uncheckpointed writes when the process is killed
+    con.execute("CREATE TABLE scratch AS SELECT range AS x FROM range(100000)")
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_history_killed_mid_use_opens_again_with_its_runs(tmp_path: Path) -> None:
+    """kill -9 while a connection holds uncheckpointed writes: the file (and its leftover .wal) opens again and the
+    committed runs are all there."""
+    path = tmp_path / "h.duckdb"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(path), str(REPO)], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert path.with_name(path.name + ".wal").exists()  # the write-ahead log the kill leaves behind
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    h = open_history(path, lock_timeout=10)
+    assert sorted(r["prompt"] for r in h.query("SELECT prompt FROM runs")) == ["kept-0", "kept-1", "kept-2"]
+    assert h.query("SELECT count(*) AS n FROM steps") == [{"n": 6}]
+
+
 HOLDER = "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); sys.stdin.read()"
 
 
