@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from engine.cache import init_cache  # noqa: E402
+from engine.config import CheckpointError  # noqa: E402
 from engine.model import forward  # noqa: E402
 from engine.weights import load_weights  # noqa: E402
 
@@ -63,6 +64,23 @@ def test_tiny_models_match_transformers(tmp_path, kind, extra):
     np.testing.assert_allclose(feats[1, 0], hs[1], atol=1e-4)
     # the last HF hidden state is after the final norm, and so is our feature of the last layer
     np.testing.assert_allclose(feats[2, 0], hs[3], atol=1e-4)
+
+
+def test_sharded_safetensors_load_as_the_single_file(tmp_path):
+    """A checkpoint saved in several shards (model.safetensors.index.json) loads to the same logits."""
+    torch.manual_seed(1)
+    model = _tiny("qwen3", tie_word_embeddings=False).eval()
+    model.save_pretrained(tmp_path / "one")
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file() and len(shards) > 1, shards
+    tokens = np.random.default_rng(1).integers(0, 97, 12).astype(np.int32)
+    one, _ = _ours_incremental(tmp_path / "one", tokens, split=7)
+    sharded, _ = _ours_incremental(tmp_path / "sharded", tokens, split=7)
+    np.testing.assert_array_equal(one, sharded)
+    (tmp_path / "sharded" / shards[0]).unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_weights(tmp_path / "sharded", "float32")
 
 
 def test_embedded_gguf_greedy_matches_transformers(target):
