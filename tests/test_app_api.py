@@ -246,6 +246,19 @@ def test_out_of_range_temperature_is_a_message_and_one_log_line(client, app_serv
     assert logged.count("refused temperature") == 1 and "Traceback" not in logged, logged
 
 
+def test_a_drafter_directory_inside_the_model_roots_loads_and_runs(client, history):
+    from tests.conftest import REPO
+
+    folder = REPO / "checkpoints" / "smollm2-135m-eagle3"  # the repo is a model root of the app under test
+    dropdown, status = client.predict(str(folder), api_name="/load_drafter")
+    label = f"{folder.name} ({folder.parent})"
+    assert f"loaded drafter {label}" in status and dropdown["value"] == label
+    run_id = client.predict("Name a colour.", label, 3, 0.0, 8, False, api_name="/generate")[3]
+    run = history.get_run(run_id)
+    assert run["settings"]["drafter"] == "eagle3" and run["settings"]["drafter_checkpoint"] == str(folder)
+    assert run["settings"]["k"] == 3
+
+
 def test_drafter_dir_outside_model_roots_is_refused(client):
     status = client.predict("/etc", api_name="/load_drafter")[1]
     assert "outside the allowed model roots" in status
