@@ -1,10 +1,16 @@
-"""The target decoder (Llama family and Qwen3): one pure forward over T new tokens at a cache position.
+"""The target decoder: one pure forward over T new tokens at a cache position, for every supported family.
 
 forward(params, cache, tokens [B, T], start [B]) -> logits [B, T, V] | None, features [F, B, T, H] | None, cache
-Token t of sequence b sits at position start[b] + t; it attends to cache positions <= its own.
+Token t of sequence b sits at position start[b] + t; it attends to cache positions <= its own (and, in a
+sliding-window layer, to the last `window` of them: the cache keeps every position, the mask restricts).
 `capture` names target layers whose OUTPUT is returned as features (id L = output of decoder layer L,
 i.e. HF hidden_states[L + 1]; id -1 = the embeddings, i.e. the input of layer 0). As in HF, the last
 layer's (id N-1 = hidden_states[N]) is taken after the final norm.
+
+Layer kinds come from the config (engine/config.py): the mixer is attention (full or sliding window, optional
+q/k/v/o biases and per-head sinks), the feed-forward a dense SwiGLU or a routed mixture of experts. A MoE layer
+runs one of two equal paths, chosen statically from the token count: with few (token, expert) pairs it gathers
+only the routed experts' weights; otherwise it computes every expert densely and weights them by the routing.
 """
 
 from __future__ import annotations
@@ -28,16 +34,21 @@ def linear(x: jax.Array, w: jax.Array) -> jax.Array:
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
-def rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-    """Rotate-half RoPE. x [B, T, N, D], positions [B, T]."""
+def rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array, scale: float = 1.0) -> jax.Array:
+    """Rotate-half RoPE. x [B, T, N, D], positions [B, T]; cos and sin are multiplied by `scale` (YaRN's
+    attention factor, ModelConfig.attention_factor())."""
     freqs = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
     cos, sin = jnp.cos(freqs)[:, :, None, :], jnp.sin(freqs)[:, :, None, :]
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
     x1, x2 = jnp.split(x, 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Grouped-query attention. q [B, T, Nh, D]; k, v [B, Nkv, S, D]; mask [B, T, S] bool -> [B, T, Nh*D]."""
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, sinks: jax.Array | None = None) -> jax.Array:
+    """Grouped-query attention. q [B, T, Nh, D]; k, v [B, Nkv, S, D]; mask [B, T, S] bool -> [B, T, Nh*D].
+
+    `sinks` [Nh]: a learned logit per head that joins the softmax denominator and attends to nothing (gpt-oss)."""
     b, t, nh, d = q.shape
     nkv, s = k.shape[1], k.shape[2]
     g = nh // nkv
@@ -45,7 +56,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     q = q.reshape(b, t, nkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, nkv, g * t, d)
     scores = jnp.einsum("bkqd,bksd->bkqs", q, k.astype(jnp.float32)) * (d ** -0.5)
     mask = jnp.broadcast_to(mask[:, None, None], (b, nkv, g, t, s)).reshape(b, nkv, g * t, s)
-    probs = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1)
+    scores = jnp.where(mask, scores, -1e30)
+    if sinks is None:
+        probs = jax.nn.softmax(scores, axis=-1)
+    else:  # head h = kv * g + j, as the query reshape above
+        sink = jnp.broadcast_to(sinks.astype(jnp.float32).reshape(1, nkv, g, 1, 1), (b, nkv, g, t, 1))
+        probs = jax.nn.softmax(jnp.concatenate([scores, sink.reshape(b, nkv, g * t, 1)], axis=-1), axis=-1)[..., :s]
     out = jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(jnp.float32))
     return out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, nh * d)
 
@@ -62,24 +78,109 @@ def embed(params: dict, tokens: jax.Array) -> jax.Array:
     return params["embed"][tokens].astype(jnp.float32)
 
 
+def glu(cfg: ModelConfig, gate: jax.Array, up: jax.Array) -> jax.Array:
+    """The gated activation: silu(gate) * up, or gpt-oss's clamped form when cfg.swiglu_limit is set."""
+    if cfg.swiglu_limit is None:
+        return jax.nn.silu(gate) * up
+    limit = cfg.swiglu_limit
+    gate, up = jnp.minimum(gate, limit), jnp.clip(up, -limit, limit)
+    return (up + 1) * (gate * jax.nn.sigmoid(gate * cfg.swiglu_alpha))
+
+
+def route(cfg: ModelConfig, lp: dict, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Router over x [N, H] -> (weights [N, k] float32, expert ids [N, k] int32)."""
+    logits = linear(x, lp["router"])
+    if cfg.router_bias:
+        logits = logits + lp["router_bias"]
+    k = cfg.num_experts_per_tok
+    if cfg.router == "topk_softmax":  # gpt-oss: top-k logits, then a softmax over those k
+        top, idx = jax.lax.top_k(logits, k)
+        return jax.nn.softmax(top, axis=-1), idx.astype(jnp.int32)
+    top, idx = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), k)  # Qwen3-MoE: softmax over all, then top-k
+    if cfg.norm_topk_prob:
+        top = top / jnp.sum(top, axis=-1, keepdims=True)
+    return top, idx.astype(jnp.int32)
+
+
+def _expert_bias(cfg: ModelConfig, lp: dict, name: str, idx) -> jax.Array | float:
+    return lp[name][idx] if cfg.expert_bias else 0.0
+
+
+def moe_dense(cfg: ModelConfig, lp: dict, x: jax.Array, weights: jax.Array, idx: jax.Array) -> jax.Array:
+    """Every expert on every token [N, H], combined by the routing weights (zero for unrouted experts)."""
+    wg, wu, wd = lp["we_gate"], lp["we_up"], lp["we_down"]
+    xe = x.astype(wg.dtype)
+    gate = jnp.einsum("nh,ehi->eni", xe, wg, preferred_element_type=jnp.float32)
+    up = jnp.einsum("nh,ehi->eni", xe, wu, preferred_element_type=jnp.float32)
+    if cfg.expert_bias:
+        gate, up = gate + lp["be_gate"][:, None], up + lp["be_up"][:, None]
+    out = jnp.einsum("eni,eih->enh", glu(cfg, gate, up).astype(wd.dtype), wd, preferred_element_type=jnp.float32)
+    if cfg.expert_bias:
+        out = out + lp["be_down"][:, None]
+    combine = jnp.sum(jax.nn.one_hot(idx, cfg.num_experts, dtype=jnp.float32) * weights[..., None], axis=1)  # [N, E]
+    return jnp.einsum("enh,ne->nh", out, combine)
+
+
+def moe_gathered(cfg: ModelConfig, lp: dict, x: jax.Array, weights: jax.Array, idx: jax.Array) -> jax.Array:
+    """Only the routed experts: each (token, expert) pair gathers that expert's weights and runs it."""
+    n, k = idx.shape
+    flat = idx.reshape(-1)  # [N*k]
+    wg, wu, wd = lp["we_gate"][flat], lp["we_up"][flat], lp["we_down"][flat]
+    xs = jnp.repeat(x, k, axis=0).astype(wg.dtype)  # row m = token m // k
+    gate = jnp.einsum("mh,mhi->mi", xs, wg, preferred_element_type=jnp.float32) + _expert_bias(cfg, lp, "be_gate", flat)
+    up = jnp.einsum("mh,mhi->mi", xs, wu, preferred_element_type=jnp.float32) + _expert_bias(cfg, lp, "be_up", flat)
+    out = jnp.einsum("mi,mih->mh", glu(cfg, gate, up).astype(wd.dtype), wd, preferred_element_type=jnp.float32)
+    out = out + _expert_bias(cfg, lp, "be_down", flat)
+    return jnp.sum(out.reshape(n, k, -1) * weights[..., None], axis=1)
+
+
+def moe(cfg: ModelConfig, lp: dict, h: jax.Array, path: str | None = None) -> jax.Array:
+    """Routed mixture of experts over h [B, T, H]. `path` "dense" or "gathered"; None picks statically from the
+    shape: gathered while the (token, expert) pairs are no more than the experts (it then reads fewer weights)."""
+    b, t, hidden = h.shape
+    x = h.reshape(b * t, hidden)
+    weights, idx = route(cfg, lp, x)
+    if path is None:
+        path = "gathered" if b * t * cfg.num_experts_per_tok <= cfg.num_experts else "dense"
+    run = {"dense": moe_dense, "gathered": moe_gathered}[path]
+    return run(cfg, lp, x, weights, idx).reshape(b, t, hidden)
+
+
+def dense_ffn(cfg: ModelConfig, lp: dict, h: jax.Array) -> jax.Array:
+    return linear(glu(cfg, linear(h, lp["w_gate"]), linear(h, lp["w_up"])), lp["w_down"])
+
+
+def _proj(h: jax.Array, lp: dict, w: str, bias: str) -> jax.Array:
+    out = linear(h, lp[w])
+    return out + lp[bias] if bias in lp else out
+
+
 def decoder_layer(cfg: ModelConfig, lp: dict, x: jax.Array, positions: jax.Array, k_cache: jax.Array,
-                  v_cache: jax.Array, start: jax.Array, mask: jax.Array):
+                  v_cache: jax.Array, start: jax.Array, mask: jax.Array, moe_layer: bool = False):
     """One pre-norm block; writes this layer's new K/V into its cache [B, Nkv, S, D] and attends over it."""
     b, t, _ = x.shape
-    inv_freq = jnp.asarray(cfg.inv_freq())
+    inv_freq, scale = jnp.asarray(cfg.inv_freq()), cfg.attention_factor()
     h = rms_norm(x, lp["attn_norm"], cfg.rms_eps)
-    q = linear(h, lp["wq"]).reshape(b, t, cfg.num_heads, cfg.head_dim)
-    k = linear(h, lp["wk"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-    v = linear(h, lp["wv"]).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    q = _proj(h, lp, "wq", "bq").reshape(b, t, cfg.num_heads, cfg.head_dim)
+    k = _proj(h, lp, "wk", "bk").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+    v = _proj(h, lp, "wv", "bv").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
     if cfg.qk_norm:
         q, k = rms_norm(q, lp["q_norm"], cfg.rms_eps), rms_norm(k, lp["k_norm"], cfg.rms_eps)
-    q, k = rope(q, positions, inv_freq), rope(k, positions, inv_freq)
+    q, k = rope(q, positions, inv_freq, scale), rope(k, positions, inv_freq, scale)
     k_cache = write(k_cache, k.transpose(0, 2, 1, 3), start)
     v_cache = write(v_cache, v.transpose(0, 2, 1, 3), start)
-    x = x + linear(attention(q, k_cache, v_cache, mask), lp["wo"])
+    x = x + _proj(attention(q, k_cache, v_cache, mask, lp.get("sinks")), lp, "wo", "bo")
     h = rms_norm(x, lp["mlp_norm"], cfg.rms_eps)
-    x = x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
+    x = x + (moe(cfg, lp, h) if moe_layer else dense_ffn(cfg, lp, h))
     return x, k_cache, v_cache
+
+
+def layer_masks(cfg: ModelConfig, positions: jax.Array, max_len: int) -> dict[int, jax.Array]:
+    """Attention masks [B, T, S] by window (0: causal over the whole cache)."""
+    kv = jnp.arange(max_len)[None, None, :]
+    causal = kv <= positions[:, :, None]
+    windows = {cfg.window(i) for i in range(cfg.num_layers)} - {0}
+    return {0: causal} | {w: causal & (kv > positions[:, :, None] - w) for w in windows}
 
 
 @partial(jax.jit, static_argnames=("cfg", "capture", "with_logits"), donate_argnames=("cache",))
@@ -88,15 +189,15 @@ def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, c
     """Run T new tokens per sequence through the decoder, updating the cache in place (donated)."""
     b, t = tokens.shape
     positions = start[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
-    max_len = cache["k"][0].shape[2]
-    mask = jnp.arange(max_len)[None, None, :] <= positions[:, :, None]  # [B, T, S]
+    masks = layer_masks(cfg, positions, cache["k"][0].shape[2])
     x = embed(params, tokens)
     outputs = {-1: x} if -1 in capture else {}
     ks, vs = [], []
     # layers unrolled over separate weight arrays: XLA:CPU runs this far faster than lax.scan over stacked
     # weights (f32 ~1.4x, bf16 ~10x on our machines)
     for i, lp in enumerate(params["layers"]):
-        x, k_i, v_i = decoder_layer(cfg, lp, x, positions, cache["k"][i], cache["v"][i], start, mask)
+        x, k_i, v_i = decoder_layer(cfg, lp, x, positions, cache["k"][i], cache["v"][i], start,
+                                    masks[cfg.window(i)], cfg.is_moe(i))
         ks.append(k_i)
         vs.append(v_i)
         if i in capture:

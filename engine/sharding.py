@@ -1,8 +1,9 @@
 """Weights, KV caches and batches over a JAX device mesh ("data" x "model"), with logical-axis rules.
 
-A dimension names what it is (batch, heads, kv_heads, mlp, vocab); RULES map those names to mesh axes:
-the batch over "data", attention heads, MLP and vocabulary over "model" (Megatron-style column/row
-splits, so XLA's SPMD partitioner inserts one all-reduce after attention and one after the MLP). A
+A dimension names what it is (batch, heads, kv_heads, mlp, vocab, experts); RULES map those names to mesh axes:
+the batch over "data", attention heads, MLP, vocabulary and experts over "model" (Megatron-style column/row
+splits, so XLA's SPMD partitioner inserts one all-reduce after attention and one after the MLP; routed layers
+place whole experts per device, expert parallel, and sum the routed outputs over "model"). A
 dimension that does not divide by its mesh axis stays replicated, and attention stays replicated when
 either head count does not divide, so every model runs on every mesh; `describe` says what was split.
 Arrays are built with `jax.make_array_from_callback`, so the same code places them across processes.
@@ -19,11 +20,16 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 AXES = ("data", "model")
-RULES = {"batch": "data", "heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model"}
-# leaf name -> logical axes of its dimensions (weights are [in, out]; embed is [V, H])
+RULES = {"batch": "data", "heads": "model", "kv_heads": "model", "mlp": "model", "vocab": "model",
+         "experts": "model"}
+# leaf name -> logical axes of its dimensions (weights are [in, out]; embed is [V, H]; experts [E, in, out]).
+# Experts split over "model" (expert parallel) when their count divides, else their MLP width does.
 WEIGHT_AXES = {"wq": (None, "heads"), "wk": (None, "kv_heads"), "wv": (None, "kv_heads"), "wo": ("heads", None),
+               "bq": ("heads",), "bk": ("kv_heads",), "bv": ("kv_heads",), "sinks": ("heads",),
                "w_gate": (None, "mlp"), "w_up": (None, "mlp"), "w_down": ("mlp", None),
-               "embed": ("vocab", None), "lm_head": (None, "vocab")}
+               "we_gate": ("experts", None, "mlp"), "we_up": ("experts", None, "mlp"),
+               "we_down": ("experts", "mlp", None), "be_gate": ("experts", "mlp"), "be_up": ("experts", "mlp"),
+               "be_down": ("experts", None), "embed": ("vocab", None), "lm_head": (None, "vocab")}
 CACHE_AXES = ("batch", "kv_heads", None, None)  # [B, Nkv, S, D]
 
 
@@ -61,13 +67,14 @@ def mesh_label(mesh: Mesh | None) -> str:
 
 
 def partition(shape: tuple[int, ...], logical: tuple[str | None, ...], mesh: Mesh, shard_heads: bool = True) -> P:
-    """The PartitionSpec of an array whose dimensions are `logical`; indivisible dimensions are replicated."""
+    """The PartitionSpec of an array whose dimensions are `logical`; indivisible dimensions are replicated, and a
+    mesh axis splits at most one dimension (the first that divides)."""
     spec = []
     for size, name in zip(shape, logical, strict=True):
         axis = RULES.get(name) if name else None
         if name in ("heads", "kv_heads") and not shard_heads:
             axis = None
-        spec.append(axis if axis and size % mesh.shape[axis] == 0 else None)
+        spec.append(axis if axis and axis not in spec and size % mesh.shape[axis] == 0 else None)
     return P(*spec)
 
 

@@ -3,8 +3,12 @@
 Params layout (matrices [in, out] so activations multiply on the left; one dict per layer):
     embed [V, H]; norm [H]; lm_head [H, V] (absent when tied)
     layers: list of {attn_norm [H], wq [H, Nh*D], wk/wv [H, Nkv*D], wo [Nh*D, H], mlp_norm [H],
-            w_gate/w_up [H, I], w_down [I, H], (qwen3) q_norm/k_norm [D]}
-Norm weights stay float32; matrices and the embedding take the requested dtype.
+            (qk norm) q_norm/k_norm [D], (attention bias) bq [Nh*D], bk/bv [Nkv*D], bo [H], (sinks) sinks [Nh],
+            dense layers: w_gate/w_up [H, I], w_down [I, H];
+            routed layers: router [H, E], (router bias) router_bias [E], we_gate/we_up [E, H, Ie], we_down [E, Ie, H],
+            (expert bias) be_gate/be_up [E, Ie], be_down [E, H]}
+Norms, biases, sinks and the router stay float32; matrices, experts and the embedding take the requested dtype.
+Every tensor of a checkpoint must be read: one the loader does not know is an error, never silently dropped.
 """
 
 from __future__ import annotations
@@ -37,13 +41,29 @@ LAYER_KEYS = {
     "w_down": ("mlp.down_proj.weight", True),
     "q_norm": ("self_attn.q_norm.weight", False),
     "k_norm": ("self_attn.k_norm.weight", False),
+    "bq": ("self_attn.q_proj.bias", False),
+    "bk": ("self_attn.k_proj.bias", False),
+    "bv": ("self_attn.v_proj.bias", False),
+    "bo": ("self_attn.o_proj.bias", False),
+    "sinks": ("self_attn.sinks", False),
 }
+# the router of a routed layer, per family: our name -> (HF suffix, transpose)
+ROUTER_KEYS = {
+    "qwen3_moe": {"router": ("mlp.gate.weight", True)},
+    "gpt_oss": {"router": ("mlp.router.weight", True), "router_bias": ("mlp.router.bias", False)},
+}
+# derived buffers some checkpoints carry; recomputed from the config, so skipping them loses nothing
+DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
+# FP4 (e2m1) code -> value, as transformers' integrations/mxfp4.py
+FP4_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                      np.float32)
 # our name -> GGUF tensor name inside blk.{i}.
 _GGUF_LAYER_KEYS = {
     "attn_norm": "attn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
     "mlp_norm": "ffn_norm", "w_gate": "ffn_gate", "w_up": "ffn_up", "w_down": "ffn_down",
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
 }
+Getter = Callable[[str], np.ndarray]
 
 
 def embedded_model_path() -> Path | None:
@@ -55,20 +75,83 @@ def embedded_model_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def _layer_names(cfg: ModelConfig) -> list[str]:
-    return [k for k in LAYER_KEYS if cfg.qk_norm or k not in ("q_norm", "k_norm")]
+def _layer_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[str, bool]]:
+    """The plain (non-expert) tensors of layer i: our name -> (HF suffix, transpose)."""
+    skip = set()
+    if not cfg.qk_norm:
+        skip |= {"q_norm", "k_norm"}
+    if not cfg.attention_bias:
+        skip |= {"bq", "bk", "bv", "bo"}
+    if not cfg.attention_sinks:
+        skip.add("sinks")
+    if cfg.is_moe(i):
+        skip |= {"w_gate", "w_up", "w_down"}
+    keys = {k: v for k, v in LAYER_KEYS.items() if k not in skip}
+    if cfg.is_moe(i):
+        keys |= {k: v for k, v in ROUTER_KEYS[cfg.arch].items() if cfg.router_bias or k != "router_bias"}
+    return keys
 
 
-def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str) -> dict:
-    """Assemble the params pytree from a getter of HF-named tensors (HF [out, in] layout)."""
-    wdt = DTYPES[dtype]
+def dequantize_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """MXFP4 -> float32: blocks [..., G, 16] uint8 (two e2m1 codes a byte, low nibble first), scales [..., G] uint8
+    (a power-of-two exponent with bias 127 per 32 values) -> [..., G * 32], as transformers' mxfp4 integration."""
+    blocks, scales = np.asarray(blocks, np.uint8), np.asarray(scales, np.uint8)
+    if blocks.shape[:-1] != scales.shape or blocks.shape[-1] != 16:
+        raise CheckpointError(f"MXFP4 blocks {list(blocks.shape)} and scales {list(scales.shape)} do not match")
+    values = np.empty((*blocks.shape[:-1], 32), np.float32)
+    values[..., 0::2] = FP4_VALUES[blocks & 0x0F]
+    values[..., 1::2] = FP4_VALUES[blocks >> 4]
+    values = np.ldexp(values, (scales.astype(np.int32) - 127)[..., None])
+    return values.reshape(*blocks.shape[:-2], -1)
 
-    def mat(a: np.ndarray, transpose: bool):
+
+def _experts(cfg: ModelConfig, i: int, get: Getter, has: Callable[[str], bool]) -> dict[str, np.ndarray]:
+    """Layer i's experts as float32 numpy in our layout: we_gate/we_up [E, H, Ie], we_down [E, Ie, H] (+ biases)."""
+    p = f"model.layers.{i}.mlp.experts."
+    if cfg.arch == "qwen3_moe":  # one [out, in] matrix per expert and projection
+        stack = {ours: np.stack([np.asarray(get(f"{p}{j}.{hf}.weight")).T for j in range(cfg.num_experts)])
+                 for ours, hf in (("we_gate", "gate_proj"), ("we_up", "up_proj"), ("we_down", "down_proj"))}
+        return stack
+    # gpt-oss: fused gate_up_proj [E, H, 2I] (even columns gate, odd up) and down_proj [E, I, H], [in, out] each,
+    # or their MXFP4 blocks/scales, stored [E, out, in]
+    if has(f"{p}gate_up_proj_blocks"):
+        gate_up = dequantize_mxfp4(get(f"{p}gate_up_proj_blocks"), get(f"{p}gate_up_proj_scales")).transpose(0, 2, 1)
+        down = dequantize_mxfp4(get(f"{p}down_proj_blocks"), get(f"{p}down_proj_scales")).transpose(0, 2, 1)
+    else:
+        gate_up, down = np.asarray(get(f"{p}gate_up_proj")), np.asarray(get(f"{p}down_proj"))
+    bias = np.asarray(get(f"{p}gate_up_proj_bias"))
+    return {"we_gate": gate_up[..., 0::2], "we_up": gate_up[..., 1::2], "we_down": down,
+            "be_gate": bias[..., 0::2], "be_up": bias[..., 1::2], "be_down": np.asarray(get(f"{p}down_proj_bias"))}
+
+
+def _check_shape(name: str, a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if tuple(a.shape) != tuple(shape):
+        raise CheckpointError(f"tensor {name!r} has shape {list(a.shape)}, the config implies {list(shape)}")
+    return a
+
+
+def build_params(cfg: ModelConfig, get: Getter, dtype: str, has: Callable[[str], bool] | None = None) -> dict:
+    """Assemble the params pytree from a getter of HF-named tensors (HF [out, in] layout). `has` tells whether a
+    tensor exists (only needed to find MXFP4-quantized experts; default: none are)."""
+    wdt, has = DTYPES[dtype], has or (lambda name: False)
+    ours = our_shapes(cfg)
+
+    def mat(a: np.ndarray, transpose: bool, keep_f32: bool = False):
         a = np.asarray(a)
-        return jnp.asarray(a.T if transpose else a, dtype=wdt if transpose else jnp.float32)
+        return jnp.asarray(a.T if transpose else a, dtype=wdt if transpose and not keep_f32 else jnp.float32)
 
-    layers = [{name: mat(get(f"model.layers.{i}.{LAYER_KEYS[name][0]}"), LAYER_KEYS[name][1])
-               for name in _layer_names(cfg)} for i in range(cfg.num_layers)]
+    layers = []
+    for i in range(cfg.num_layers):
+        layer = {}
+        for name, (suffix, transpose) in _layer_keys(cfg, i).items():
+            full = f"model.layers.{i}.{suffix}"
+            a = _check_shape(full, np.asarray(get(full)), _hf_shape(ours[name], transpose))
+            layer[name] = mat(a, transpose, keep_f32=name == "router")  # routing decisions in float32
+        if cfg.is_moe(i):
+            for name, a in _experts(cfg, i, get, has).items():
+                a = _check_shape(f"model.layers.{i}.mlp.experts ({name})", a, ours[name])
+                layer[name] = jnp.asarray(a, dtype=wdt if name.startswith("we_") else jnp.float32)
+        layers.append(layer)
     params = {
         "embed": jnp.asarray(np.asarray(get("model.embed_tokens.weight")), dtype=wdt),
         "layers": layers,
@@ -79,15 +162,37 @@ def build_params(cfg: ModelConfig, get: Callable[[str], np.ndarray], dtype: str)
     return params
 
 
+def _hf_shape(shape: tuple[int, ...], transpose: bool) -> tuple[int, ...]:
+    return shape[::-1] if transpose else shape
+
+
+def our_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Our per-layer param name -> shape in our layout ([in, out] matrices)."""
+    h, q, kv, d = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
+    inter, e, ie = cfg.intermediate_size, cfg.num_experts, cfg.moe_intermediate_size
+    return {"attn_norm": (h,), "wq": (h, q), "wk": (h, kv), "wv": (h, kv), "wo": (q, h), "mlp_norm": (h,),
+            "w_gate": (h, inter), "w_up": (h, inter), "w_down": (inter, h), "q_norm": (d,), "k_norm": (d,),
+            "bq": (q,), "bk": (kv,), "bv": (kv,), "bo": (h,), "sinks": (cfg.num_heads,), "router": (h, e),
+            "router_bias": (e,), "we_gate": (e, h, ie), "we_up": (e, h, ie), "we_down": (e, ie, h),
+            "be_gate": (e, ie), "be_up": (e, ie), "be_down": (e, h)}
+
+
 def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """HF tensor name -> shape ([out, in] for matrices) of a config's checkpoint."""
-    h, q, kv, inter = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
-        cfg.intermediate_size
-    layer = {"attn_norm": (h,), "wq": (q, h), "wk": (kv, h), "wv": (kv, h), "wo": (h, q), "mlp_norm": (h,),
-             "w_gate": (inter, h), "w_up": (inter, h), "w_down": (h, inter), "q_norm": (cfg.head_dim,),
-             "k_norm": (cfg.head_dim,)}
-    shapes = {f"model.layers.{i}.{LAYER_KEYS[n][0]}": layer[n]
-              for i in range(cfg.num_layers) for n in _layer_names(cfg)}
+    """HF tensor name -> shape ([out, in] for matrices) of a config's (unquantized) checkpoint."""
+    ours, h, e, ie = our_shapes(cfg), cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
+    shapes = {}
+    for i in range(cfg.num_layers):
+        shapes |= {f"model.layers.{i}.{suffix}": _hf_shape(ours[n], t)
+                   for n, (suffix, t) in _layer_keys(cfg, i).items()}
+        if not cfg.is_moe(i):
+            continue
+        p = f"model.layers.{i}.mlp.experts."
+        if cfg.arch == "qwen3_moe":
+            shapes |= {f"{p}{j}.{proj}.weight": shape for j in range(e)
+                       for proj, shape in (("gate_proj", (ie, h)), ("up_proj", (ie, h)), ("down_proj", (h, ie)))}
+        else:
+            shapes |= {f"{p}gate_up_proj": (e, h, 2 * ie), f"{p}gate_up_proj_bias": (e, 2 * ie),
+                       f"{p}down_proj": (e, ie, h), f"{p}down_proj_bias": (e, h)}
     shapes |= {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
     return shapes | ({} if cfg.tie_embeddings else {"lm_head.weight": (cfg.vocab_size, h)})
 
@@ -120,13 +225,21 @@ def load_hf_dir(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
     keys = {k: f for f, h in handles.items() for k in h.keys()}
     if cfg.tie_embeddings is False and "lm_head.weight" not in keys:
         cfg = replace(cfg, tie_embeddings=True)
+    read = set()
 
     def get(name: str) -> np.ndarray:
         if name not in keys:
             raise CheckpointError(f"tensor {name!r} missing from the checkpoint in {path}")
+        read.add(name)
         return handles[keys[name]].get_tensor(name)
 
-    return cfg, build_params(cfg, get, dtype)
+    params = build_params(cfg, get, dtype, keys.__contains__)
+    unread = sorted(k for k in set(keys) - read if not k.endswith(DERIVED_SUFFIXES))
+    if unread:
+        more = f" and {len(unread) - 5} more" if len(unread) > 5 else ""
+        raise CheckpointError(f"the checkpoint in {path} has tensors the {cfg.arch} loader does not read: "
+                              f"{', '.join(unread[:5])}{more}")
+    return cfg, params
 
 
 def _gguf_field(reader, key: str, default=None):
