@@ -308,7 +308,8 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
 
 
 @pytest.mark.parametrize(("how", "message"), [
-    ("missing mask id", "no mask_token_id"), ("missing layer ids", "no target_layer_ids"),
+    ("missing mask id", "no mask_token_id and the target tokenizer has no"),
+    ("missing layer ids", "fc takes 96 inputs but 2 target features"),  # default taps: one per drafter layer
     ("wrong fc width", "fc takes 64 inputs"), ("wrong hidden size", "hidden_size is 48"),
     ("wrong vocab", "vocab of 100"), ("mask id outside vocab", "mask_token_id 96 is outside"),
     ("layer id out of range", r"target layers \[8\]"), ("other target depth", "12-layer target"),

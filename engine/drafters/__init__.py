@@ -10,8 +10,10 @@ from .base import Drafter, DrafterError, Proposal, check_k
 
 # name -> module exposing `load(target, path=None, k=None) -> Drafter`
 _MODEL_DRAFTERS = {"dflash": "engine.drafters.dflash", "eagle3": "engine.drafters.eagle3"}
-_ARCHITECTURES = {"DFlashDraftModel": "dflash", "DFlashForCausalLM": "dflash", "Eagle3LlamaForCausalLM": "eagle3",
-                  "LlamaForCausalLMEagle3": "eagle3", "Eagle3DraftModel": "eagle3"}
+# DFlash2DraftModel goes to the DFlash loader, which refuses it with the reason
+_ARCHITECTURES = {"DFlashDraftModel": "dflash", "DFlashForCausalLM": "dflash", "DFlash2DraftModel": "dflash",
+                  "Eagle3LlamaForCausalLM": "eagle3", "LlamaForCausalLMEagle3": "eagle3", "Eagle3DraftModel": "eagle3",
+                  "Eagle3Speculator": "eagle3"}
 DRAFTER_NAMES = ("ar", "ngram", *_MODEL_DRAFTERS)
 
 

@@ -6,7 +6,14 @@ target feature yet) starts block [anchor, MASK x (B-1)] at positions p..p+B-1. T
 concatenated in list order, go through fc -> hidden_norm = context C [T, H]. Every drafter layer
 projects C with its own k_proj/v_proj (+ k_norm, + RoPE at each context token's absolute position)
 and its block queries attend, without a causal mask, to [context K/V ; block K/V]. Final norm and the
-target's LM head on block rows 1..K give the greedy drafts.
+target's LM head on block rows 1..K give the greedy drafts. Newer drafters (DFlashConfig) add sliding-window layers
+(masked by position: the cache keeps every context row), block-causal layers, q/k/v/o biases, target features of
+another width, their own embedding / LM head and a restricted draft vocabulary.
+
+config.json generations read by config_from_json: legacy (top-level block_size, rope_theta; dflash_config
+{mask_token_id, target_layer_ids}, or neither: taps from default_target_layer_ids and the tokenizer's <|MASK|>) and
+nested (dflash_config.block_size, rope_parameters, sliding_window / use_sliding_window / layer_types, is_causal,
+dflash_config.causal, mask_token as a string). Unknown keys and architectures (DFlash2DraftModel) are refused.
 
 Draft context cache of a batch: per drafter layer K/V of context rows, head-major [B, Nkv, S, D] each,
 S = the target's cache size, and each sequence's context length (ragged, like the target cache's).
@@ -14,14 +21,16 @@ extend() writes the K/V of new feature rows at each sequence's length.. and grow
 number of verified rows; rows past it are masked out, so rejected rows never enter. propose() drafts
 the whole batch in one forward over [B, block] and does not change the cache (block K/V are transient).
 
-Params (matrices [in, out], norms float32; embedding and LM head are the target's):
-    fc [F*Ht, H]; hidden_norm [H]; norm [H]; layers: a list of Qwen3 layer dicts (see layers.py)
+Params (matrices [in, out], norms float32; embedding and LM head are the target's unless the checkpoint has its own):
+    fc [F*Ht, H]; hidden_norm [H]; norm [H]; layers: a list of Qwen3 layer dicts (see layers.py);
+    optional embed [V, H] and lm_head [H, Vd]
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -34,8 +43,10 @@ from ..config import ModelConfig
 from ..model import attention, embed, linear, rms_norm, rope
 from ..sharding import fetch
 from ..target import Target
+from ..weights import DTYPES
 from .base import DrafterError, Proposal, check_k
 from .layers import (
+    TENSOR_KEYS,
     anchors_of,
     body_config,
     body_json,
@@ -43,14 +54,17 @@ from .layers import (
     check_extend,
     check_fc,
     check_hidden,
+    check_keys,
     check_layer_ids,
     checkpoint_dir,
     concat_features,
+    decoder_shape,
     expect_tensor,
     greedy_pick,
     head_logits,
     layer_shapes,
     layer_tensors,
+    linear_bias,
     load_layers,
     matrix,
     on_mesh,
@@ -65,9 +79,35 @@ from .layers import (
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m-dflash"
 ARCHITECTURES = ("DFlashDraftModel", "DFlashForCausalLM")
+REFUSED_ARCHITECTURES = {"DFlash2DraftModel": "DFlash2 (grouped dynamic convolutions and a candidate selector) "
+                                              "is not implemented"}
 # Default mask token when the target's embedding has no spare row: SmolLM2's `<empty_output>` (id 16),
 # a StarCoder-era Jupyter marker that chat never produces.
 FALLBACK_MASK_TOKEN = "<empty_output>"
+MASK_TOKEN = "<|MASK|>"  # the tokenizer token of configs that predate dflash_config.mask_token_id
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+# config.json keys: read by config_from_json / load, or knowingly ignored (each with its reason)
+READ_KEYS = frozenset({
+    "architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
+    "max_position_embeddings", "vocab_size", "hidden_act", "attention_bias", "mlp_bias", "block_size",
+    "num_target_layers", "layer_types", "sliding_window", "use_sliding_window", "is_causal", "target_hidden_size",
+    "draft_vocab_size", "mask_token_id", "mask_token", "target_layer_ids", "tie_word_embeddings", "dflash_config"})
+IGNORED_KEYS = {
+    "auto_map": "remote-code class names (never executed)",
+    "model_type": "the body is always a Qwen3-style decoder",
+    "transformers_version": "writer version", "torch_dtype": "storage dtype (the safetensors say it)",
+    "dtype": "storage dtype (the safetensors say it)", "bos_token_id": "the target's tokenizer decides",
+    "eos_token_id": "the target's tokenizer decides", "pad_token_id": "the target's tokenizer decides",
+    "use_cache": "runtime flag", "initializer_range": "training init", "attention_dropout": "training only",
+    "max_window_layers": "derives layer_types only when they are absent",
+}
+DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids", "block_size", "causal",
+                              "num_target_layers"})
+# dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
+DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
+                  "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +116,14 @@ class DFlashConfig:
 
     body: the drafter's Qwen3-style decoder (body.num_layers = drafter depth, vocab = the target's).
     target_layer_ids: target layers whose outputs form the context, in concatenation order.
+    windows: per drafter layer its sliding window (None: full attention); () = all full. A window W lets a
+        query at position q see keys at q-W < position (and, when not causal, < q+W); every context row stays
+        in the cache, masked by position.
+    causal: per drafter layer whether the block's queries attend causally among themselves (they always see
+        the whole visible context); () = none causal.
+    attention_bias: the layers have q/k/v/o biases (params bq, bk, bv, bo).
+    target_hidden_size: width of one target feature when it differs from body.hidden_size (fc takes
+        len(target_layer_ids) x it).
     """
 
     body: ModelConfig
@@ -83,6 +131,20 @@ class DFlashConfig:
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
     num_target_layers: int
+    windows: tuple[int | None, ...] = ()
+    causal: tuple[bool, ...] = ()
+    attention_bias: bool = False
+    target_hidden_size: int | None = None
+
+    def window(self, layer: int) -> int | None:
+        return self.windows[layer] if self.windows else None
+
+    def is_causal(self, layer: int) -> bool:
+        return bool(self.causal) and self.causal[layer]
+
+    @property
+    def feature_width(self) -> int:
+        return self.target_hidden_size or self.body.hidden_size
 
 
 @dataclass(frozen=True)
@@ -96,47 +158,145 @@ class DFlashState:
 
 
 def default_target_layer_ids(num_target_layers: int, n_features: int) -> tuple[int, ...]:
-    """The reference layer choice: one feature -> [N//2]; else evenly from layer 1 to N-3."""
+    """The reference layer choice (z-lab build_target_layer_ids): one feature -> [N//2]; else evenly from layer
+    1 to N-3."""
     if n_features == 1:
         return (num_target_layers // 2,)
     return tuple(int(round(1 + i * (num_target_layers - 4) / (n_features - 1))) for i in range(n_features))
 
 
-def config_from_json(hf: dict) -> DFlashConfig:
-    """DFlashConfig from a z-lab config.json; DFlash fields read from `dflash_config` or the top level."""
+def _attention_layout(hf: dict, extra: dict, n_layers: int) -> tuple[tuple[int | None, ...], tuple[bool, ...]]:
+    """Per-layer sliding windows and block causality. Windows follow transformers' Qwen3Config (sliding_window
+    counts only with use_sliding_window; without layer_types, layers from max_window_layers on slide).
+    Causality: top-level is_causal, else dflash_config.causal, else sliding layers causal and full ones not."""
+    window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
+    types = hf.get("layer_types")
+    if types is None:
+        first = hf.get("max_window_layers", 28)
+        types = [SLIDING if window is not None and i >= first else FULL for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in (FULL, SLIDING) for t in types):
+        raise DrafterError(f"DFlash layer_types {types}: expected {n_layers} entries of {FULL!r} / {SLIDING!r}")
+    if SLIDING in types and not (isinstance(window, int) and window >= 1):
+        raise DrafterError(f"DFlash layer_types has {SLIDING} layers but no window: sliding_window "
+                           f"{hf.get('sliding_window')!r} with use_sliding_window {hf.get('use_sliding_window')!r}")
+    windows = tuple(window if t == SLIDING else None for t in types)
+    override = hf.get("is_causal", extra.get("causal"))
+    causal = tuple(bool(override) if override is not None else t == SLIDING for t in types)
+    return (windows if any(w is not None for w in windows) else ()), (causal if any(causal) else ())
+
+
+def _dflash_field(hf: dict, extra: dict, name: str):
+    """A DFlash field from dflash_config, falling back to the top level (both given: they must agree)."""
+    inner, outer = extra.get(name), hf.get(name)
+    if inner is not None and outer is not None and inner != outer:
+        raise DrafterError(f"DFlash {name} is {inner!r} in dflash_config but {outer!r} at the top level")
+    return inner if inner is not None else outer
+
+
+def _mask_token_id(hf: dict, extra: dict, tokenizer) -> int:
+    """dflash_config.mask_token_id (or top level); else the mask token string resolved by the target tokenizer."""
+    mask_id, token = _dflash_field(hf, extra, "mask_token_id"), _dflash_field(hf, extra, "mask_token")
+    if mask_id is not None:
+        if not isinstance(mask_id, int) or isinstance(mask_id, bool):
+            raise DrafterError(f"DFlash mask_token_id must be an integer, got {mask_id!r}")
+        found = _token_id(tokenizer, token) if token is not None else None
+        if found is not None and found != mask_id:
+            raise DrafterError(f"DFlash mask_token {token!r} is id {found} in the target tokenizer, but "
+                               f"mask_token_id says {mask_id}")
+        return mask_id
+    token = MASK_TOKEN if token is None else token
+    found = _token_id(tokenizer, token)
+    if found is None:
+        raise DrafterError(f"DFlash config.json has no mask_token_id and the target tokenizer has no {token!r} "
+                           "token")
+    return found
+
+
+def _token_id(tokenizer, token) -> int | None:
+    """The id of a (special) token string in the tokenizer, None when absent."""
+    if not isinstance(token, str) or not token:
+        raise DrafterError(f"DFlash mask_token must be a non-empty string, got {token!r}")
+    if tokenizer is None or not hasattr(tokenizer, "convert_tokens_to_ids"):
+        return None
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or (found == tokenizer.unk_token_id and token != getattr(tokenizer, "unk_token", None)):
+        return None
+    return int(found)
+
+
+def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None) -> DFlashConfig:
+    """DFlashConfig from a DFlash config.json of any published generation (legacy top-level fields, nested
+    dflash_config, sliding layers); every key is read or knowingly ignored, any other is refused.
+
+    tokenizer: the target's, resolving a mask token given as a string (or `<|MASK|>` when the config has no
+    mask id); target_layers: the target's depth, used when the config does not name num_target_layers."""
     archs = hf.get("architectures") or []
+    refused = [REFUSED_ARCHITECTURES[a] for a in archs if a in REFUSED_ARCHITECTURES]
+    if refused:
+        raise DrafterError(f"DFlash config.json names architectures {archs}: {refused[0]}")
     if not any(a in ARCHITECTURES for a in archs):
         raise DrafterError(f"DFlash config.json names architectures {archs}; expected {ARCHITECTURES[0]}")
+    check_keys(hf, READ_KEYS | set(IGNORED_KEYS), "DFlash")
     extra = hf.get("dflash_config") or {}
-
-    def field(name: str):
-        value = extra.get(name, hf.get(name))
-        if value is None:
-            raise DrafterError(f"DFlash config.json has no {name} (neither in dflash_config nor at the top level)")
-        return value
-
-    mask_id, layer_ids = int(field("mask_token_id")), tuple(int(i) for i in field("target_layer_ids"))
-    block_size, num_target_layers = int(field("block_size")), int(field("num_target_layers"))
-    if block_size < 2:
-        raise DrafterError(f"DFlash block_size must be >= 2, got {block_size}")
-    if any(t not in (None, "full_attention") for t in hf.get("layer_types") or []):
-        raise DrafterError(f"DFlash layer_types {hf['layer_types']}: only full_attention layers are supported")
-    body = body_config(hf, "qwen3", "DFlash")
-    return DFlashConfig(body, block_size, mask_id, layer_ids, num_target_layers)
+    if not isinstance(extra, dict):
+        raise DrafterError(f"DFlash dflash_config must be an object, got {extra!r}")
+    check_keys(extra, DFLASH_READ_KEYS | set(DFLASH_NEUTRAL), "DFlash", "dflash_config")
+    for key, neutral in DFLASH_NEUTRAL.items():
+        if key in extra and extra[key] != neutral and not (neutral is None and not extra[key]):
+            raise DrafterError(f"DFlash dflash_config.{key} = {json.dumps(extra[key])} is not supported (only "
+                               f"{json.dumps(neutral)})")
+    bias = hf.get("attention_bias", False)
+    if not isinstance(bias, bool):
+        raise DrafterError(f"DFlash attention_bias must be true or false, got {bias!r}")
+    body = body_config(hf, "qwen3", "DFlash", attention_bias=True)
+    num_target_layers = _dflash_field(hf, extra, "num_target_layers") or target_layers
+    if not isinstance(num_target_layers, int) or num_target_layers < 1:
+        raise DrafterError(f"DFlash config.json has no num_target_layers (got {num_target_layers!r})")
+    layer_ids = _dflash_field(hf, extra, "target_layer_ids")
+    layer_ids = (default_target_layer_ids(num_target_layers, body.num_layers) if layer_ids is None
+                 else tuple(int(i) for i in layer_ids))
+    block_size = _dflash_field(hf, extra, "block_size")
+    if not isinstance(block_size, int) or block_size < 2:
+        raise DrafterError(f"DFlash block_size must be an integer >= 2, got {block_size!r}")
+    target_hidden = hf.get("target_hidden_size")
+    if target_hidden is not None and (not isinstance(target_hidden, int) or target_hidden < 1):
+        raise DrafterError(f"DFlash target_hidden_size must be a positive integer, got {target_hidden!r}")
+    windows, causal = _attention_layout(hf, extra, body.num_layers)
+    return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
+                        windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden)
 
 
 def config_json(cfg: DFlashConfig) -> dict:
     """The z-lab config.json of a DFlashConfig (with the published `auto_map`, which loading ignores)."""
-    return {"architectures": [ARCHITECTURES[0]], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
-            "model_type": "qwen3", **body_json(cfg.body),
-            "tie_word_embeddings": False, "block_size": cfg.block_size, "num_target_layers": cfg.num_target_layers,
-            "layer_types": ["full_attention"] * cfg.body.num_layers,
-            "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.target_layer_ids)}}
+    types = [SLIDING if cfg.window(i) is not None else FULL for i in range(cfg.body.num_layers)]
+    out = {"architectures": [ARCHITECTURES[0]], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+           "model_type": "qwen3", **body_json(cfg.body), "attention_bias": cfg.attention_bias,
+           "tie_word_embeddings": False, "block_size": cfg.block_size, "num_target_layers": cfg.num_target_layers,
+           "layer_types": types,
+           "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.target_layer_ids)}}
+    windows = {w for w in cfg.windows if w is not None}
+    if len(windows) > 1:
+        raise DrafterError(f"DFlash config.json holds one sliding_window; this drafter has {sorted(windows)}")
+    if windows:
+        out |= {"sliding_window": windows.pop(), "use_sliding_window": True}
+    causal = [cfg.is_causal(i) for i in range(cfg.body.num_layers)]
+    if causal != [t == SLIDING for t in types]:  # not the default rule: one override for every layer
+        if len(set(causal)) > 1:
+            raise DrafterError(f"DFlash causal layers {causal} cannot be written as one is_causal")
+        out["is_causal"] = causal[0]
+    if cfg.target_hidden_size is not None:
+        out["target_hidden_size"] = cfg.target_hidden_size
+    return out
 
 
-def check_fit(cfg: DFlashConfig, fc_in: int, target: ModelConfig) -> None:
-    """Raise DrafterError naming whatever in the drafter does not fit the target."""
-    check_hidden(cfg.body.hidden_size, target, "DFlash")
+def check_fit(cfg: DFlashConfig, fc_in: int, target: ModelConfig, shared_embed: bool = True) -> None:
+    """Raise DrafterError naming whatever in the drafter does not fit the target (shared_embed: the drafter
+    uses the target's embedding or LM head, so their widths must match)."""
+    if shared_embed:
+        check_hidden(cfg.body.hidden_size, target, "DFlash")
+    if cfg.target_hidden_size is not None and cfg.target_hidden_size != target.hidden_size:
+        raise DrafterError(f"DFlash was built for target features of width {cfg.target_hidden_size}; this target's "
+                           f"hidden size is {target.hidden_size}")
     if cfg.num_target_layers != target.num_layers:
         raise DrafterError(f"DFlash was built for a {cfg.num_target_layers}-layer target; this target has "
                            f"{target.num_layers} layers")
@@ -161,9 +321,9 @@ def project_kv(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array) 
     """One layer's K/V of rows x [B, T, H] at positions [B, T] -> k (k_norm, RoPE), v, each [B, Nkv, T, D]."""
     b, t, _ = x.shape
     body = cfg.body
-    k = linear(x, lp["wk"]).reshape(b, t, body.num_kv_heads, body.head_dim)
-    v = linear(x, lp["wv"]).reshape(b, t, body.num_kv_heads, body.head_dim)
-    k = rope(rms_norm(k, lp["k_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()))
+    k = linear_bias(x, lp, "wk", "bk").reshape(b, t, body.num_kv_heads, body.head_dim)
+    v = linear_bias(x, lp, "wv", "bv").reshape(b, t, body.num_kv_heads, body.head_dim)
+    k = rope(rms_norm(k, lp["k_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()), body.attention_factor())
     return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
 
@@ -186,22 +346,45 @@ def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array,
     k_blk, v_blk = project_kv(cfg, lp, h, positions)
     x, h, positions, mask = x[:, :n_out], h[:, :n_out], positions[:, :n_out], mask[:, :n_out]
     b, t, _ = x.shape
-    q = linear(h, lp["wq"]).reshape(b, t, body.num_heads, body.head_dim)
-    q = rope(rms_norm(q, lp["q_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()))
+    q = linear_bias(h, lp, "wq", "bq").reshape(b, t, body.num_heads, body.head_dim)
+    q = rope(rms_norm(q, lp["q_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()), body.attention_factor())
     k = jnp.concatenate([ctx_k.astype(jnp.float32), k_blk], axis=2)
     v = jnp.concatenate([ctx_v.astype(jnp.float32), v_blk], axis=2)
-    x = x + linear(attention(q, k, v, mask), lp["wo"])
+    x = x + linear_bias(attention(q, k, v, mask), lp, "wo", "bo")
     h = rms_norm(x, lp["mlp_norm"], body.rms_eps)
     return x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
 
 
+def layer_mask(cfg: DFlashConfig, layer: int, positions: jax.Array, ctx_positions: jax.Array, ctx_visible: jax.Array,
+               blk_visible: jax.Array) -> jax.Array:
+    """One layer's attention mask [B, Tq, S + Tq] for block rows at positions [B, Tq]: the context rows at
+    ctx_positions [B, S] allowed by ctx_visible [B, Tq, S], then the block rows allowed by blk_visible
+    [B, Tq, Tq], narrowed by the layer's sliding window (by position) and block causality."""
+    window, causal = cfg.window(layer), cfg.is_causal(layer)
+    ctx, blk = ctx_visible, blk_visible
+    back = positions[:, :, None] - positions[:, None, :]  # query - key position, block keys
+    if window is not None:
+        ctx = ctx & (positions[:, :, None] - ctx_positions[:, None, :] < window)
+        blk = blk & (back < window) & (-back < window)
+    if causal:
+        blk = blk & (back >= 0)
+    return jnp.concatenate([ctx, blk], axis=-1)
+
+
 def run_block(params: dict, cfg: DFlashConfig, x: jax.Array, positions: jax.Array, ctx_k: list, ctx_v: list,
-              mask: jax.Array, n_out: int | None = None) -> jax.Array:
-    """All drafter layers + final norm. x [B, Tq, H]; ctx_k/ctx_v per layer [B, Nkv, S, D] -> normed [B, n_out, H]
-    (the last layer computes only the first n_out rows' outputs; all rows by default)."""
+              ctx_positions: jax.Array, ctx_visible: jax.Array, blk_visible: jax.Array,
+              n_out: int | None = None) -> jax.Array:
+    """All drafter layers + final norm. x [B, Tq, H] at positions [B, Tq]; ctx_k/ctx_v per layer [B, Nkv, S, D]
+    at ctx_positions [B, S]; visibility before windows and causality: ctx_visible [B, Tq, S], blk_visible
+    [B, Tq, Tq] (see layer_mask) -> normed [B, n_out, H] (the last layer computes only the first n_out rows'
+    outputs; all rows by default)."""
     last = len(params["layers"]) - 1
+    masks = {}  # one mask per distinct (window, causal) layout
     for i, (lp, k, v) in enumerate(zip(params["layers"], ctx_k, ctx_v, strict=True)):
-        x = block_layer(cfg, lp, x, positions, k, v, mask, n_out if i == last else None)
+        layout = (cfg.window(i), cfg.is_causal(i))
+        if layout not in masks:
+            masks[layout] = layer_mask(cfg, i, positions, ctx_positions, ctx_visible, blk_visible)
+        x = block_layer(cfg, lp, x, positions, k, v, masks[layout], n_out if i == last else None)
     return rms_norm(x, params["norm"], cfg.body.rms_eps)
 
 
@@ -232,11 +415,12 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
     Returns ids [B, k] int32 (argmax of rows 1..k), q [B, k] (their drafter probability), logits [B, k, V or Vd].
     """
     ids, positions = block_tokens(cfg, anchors, starts)
-    s = ctx_k[0].shape[2]
-    visible = jnp.concatenate([jnp.arange(s)[None] < starts[:, None], jnp.ones((len(starts), cfg.block_size), bool)],
-                              axis=1)
-    mask = jnp.broadcast_to(visible[:, None], (len(starts), cfg.block_size, s + cfg.block_size))
-    h = run_block(params, cfg, embed(head, ids), positions, ctx_k, ctx_v, mask, n_out=k + 1)
+    b, s, size = len(starts), ctx_k[0].shape[2], cfg.block_size
+    ctx_positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+    ctx_visible = jnp.broadcast_to((ctx_positions < starts[:, None])[:, None], (b, size, s))
+    blk_visible = jnp.ones((b, size, size), bool)
+    h = run_block(params, cfg, embed(head, ids), positions, ctx_k, ctx_v, ctx_positions, ctx_visible, blk_visible,
+                  n_out=k + 1)
     logits = head_logits(head, h[:, 1:])
     best, q = greedy_pick(logits)
     return (best if draft_ids is None else draft_ids[best]), q, logits
@@ -246,6 +430,17 @@ def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
     """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole)."""
     w = head["lm_head"] if "lm_head" in head else head["embed"].T
     return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(draft_ids)]}
+
+
+def drafter_head(target_head: dict, params: dict, draft_ids: jax.Array | None) -> dict:
+    """The embedding and LM head the drafter drafts with: its own params["embed"] [V, H] / params["lm_head"]
+    [H, Vd] when the checkpoint has them, else the target's (its LM head cut to draft_ids)."""
+    head = dict(target_head)
+    if "embed" in params:  # the drafter's embedding; a tied target's head stays its embedding
+        head = {"embed": params["embed"], "lm_head": head.get("lm_head", jnp.asarray(head["embed"]).T)}
+    if "lm_head" in params:
+        return {**head, "lm_head": params["lm_head"]}
+    return head if draft_ids is None else restricted_head(head, draft_ids)
 
 
 def check_d2t(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -272,7 +467,8 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
     b, t = tokens.shape
     n_anchors, size = anchors.shape[1], cfg.block_size
     c = fuse_context(params, cfg, features)
-    ctx_k, ctx_v = context_kv(params, cfg, c, jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t)))
+    ctx_positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    ctx_k, ctx_v = context_kv(params, cfg, c, ctx_positions)
     anchor_ids = jnp.take_along_axis(tokens, anchors, axis=1)
     ids = jnp.concatenate([anchor_ids[..., None], jnp.full((b, n_anchors, size - 1), cfg.mask_token_id)], axis=-1)
     positions = (anchors[..., None] + jnp.arange(size)).reshape(b, n_anchors * size)
@@ -280,8 +476,8 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
     ctx_mask = jnp.arange(t)[None, None, :] < row_anchor[:, :, None]
     owner = jnp.repeat(jnp.arange(n_anchors), size)
     blk_mask = jnp.broadcast_to(owner[:, None] == owner[None, :], (b, n_anchors * size, n_anchors * size))
-    mask = jnp.concatenate([ctx_mask, blk_mask], axis=-1)
-    h = run_block(params, cfg, embed(head, ids.reshape(b, -1)), positions, ctx_k, ctx_v, mask)
+    h = run_block(params, cfg, embed(head, ids.reshape(b, -1)), positions, ctx_k, ctx_v, ctx_positions, ctx_mask,
+                  blk_mask)
     return head_logits(head, h.reshape(b, n_anchors, size, -1)[:, :, 1:])
 
 
@@ -305,12 +501,12 @@ class DFlashDrafter:
 
     def __init__(self, target: Target, cfg: DFlashConfig, params: dict, k: int | None = None,
                  checkpoint: str | None = None, d2t: np.ndarray | None = None):
-        check_fit(cfg, params["fc"].shape[0], target.cfg)
-        self.cfg, self.params, self.head = cfg, on_mesh(params, target.mesh, cfg.body), shared_head(target.params)
+        own_head = "embed" in params and "lm_head" in params
+        check_fit(cfg, params["fc"].shape[0], target.cfg, shared_embed=not own_head)
+        self.cfg, self.params = cfg, on_mesh(params, target.mesh, cfg.body)
         # an optional restricted draft vocabulary (checkpoint tensor d2t, as EAGLE-3's): a smaller LM head
         self.draft_ids = None if d2t is None else jnp.asarray(check_d2t(np.asarray(d2t), target.cfg.vocab_size))
-        if self.draft_ids is not None:
-            self.head = restricted_head(self.head, self.draft_ids)
+        self.head = drafter_head(shared_head(target.params), self.params, self.draft_ids)
         self.mesh = target.mesh
         self.block_size, self.max_k = cfg.block_size, cfg.block_size - 1
         self.k = check_k(self.max_k if k is None else k, self.max_k, self.name)
@@ -349,17 +545,40 @@ def _tensor_names(cfg: DFlashConfig) -> list[str]:
     return [f"layers.{i}." for i in range(cfg.body.num_layers)]
 
 
-def load_params(path: Path, cfg: DFlashConfig, dtype: str) -> dict:
-    """Params from path/model.safetensors (z-lab names, optional `model.` prefix), shapes checked."""
+def load_params(path: Path, cfg: DFlashConfig, dtype: str, tied: bool = False) -> tuple[dict, np.ndarray | None]:
+    """(params, d2t or None) from path/model.safetensors (z-lab names, optional `model.` prefix), shapes checked.
+
+    Optional tensors: q/k/v/o biases (cfg.attention_bias), the drafter's own embed_tokens / lm_head (tied: the
+    LM head is the embedding), d2t with its inverse t2d (a restricted draft vocabulary). Others are refused."""
     tensors = read_tensors(path)
-    h = cfg.body.hidden_size
+    h, v = cfg.body.hidden_size, cfg.body.vocab_size
     fc = tensors.get("fc.weight")
     if fc is None or fc.ndim != 2 or fc.shape[0] != h:
         raise DrafterError(f"DFlash fc.weight in {path} must be [{h}, F*H_target], got "
                            f"{None if fc is None else list(fc.shape)}")
-    return {"fc": matrix(fc, dtype), "hidden_norm": vector(expect_tensor(tensors, "hidden_norm.weight", (h,), path)),
-            "norm": vector(expect_tensor(tensors, "norm.weight", (h,), path)),
-            "layers": load_layers(tensors, _tensor_names(cfg), layer_shapes(cfg.body, h), dtype, path)}
+    shapes = layer_shapes(cfg.body, h, bias=cfg.attention_bias)
+    params = {"fc": matrix(fc, dtype), "hidden_norm": vector(expect_tensor(tensors, "hidden_norm.weight", (h,), path)),
+              "norm": vector(expect_tensor(tensors, "norm.weight", (h,), path)),
+              "layers": load_layers(tensors, _tensor_names(cfg), shapes, dtype, path)}
+    d2t = np.asarray(tensors["d2t"], np.int64) if "d2t" in tensors else None
+    vd = v if d2t is None else len(d2t)
+    if "t2d" in tensors:  # the inverse map of d2t, implied by it
+        expect_tensor(tensors, "t2d", (v,), path)
+    if "embed_tokens.weight" in tensors:
+        params["embed"] = jnp.asarray(np.asarray(expect_tensor(tensors, "embed_tokens.weight", (v, h), path),
+                                                 np.float32), dtype=DTYPES[dtype])
+    if "lm_head.weight" in tensors:
+        if tied:
+            raise DrafterError(f"DFlash checkpoint in {path} has lm_head.weight but tie_word_embeddings is true")
+        params["lm_head"] = matrix(expect_tensor(tensors, "lm_head.weight", (vd, h), path), dtype)
+    elif tied and "embed" in params:
+        params["lm_head"] = params["embed"].T
+    read = {"fc.weight", "hidden_norm.weight", "norm.weight", "d2t", "t2d", "embed_tokens.weight", "lm_head.weight"}
+    read |= {f"{p}{TENSOR_KEYS[n][0]}" for p in _tensor_names(cfg) for n in shapes}
+    unread = sorted(set(tensors) - read)
+    if unread:
+        raise DrafterError(f"DFlash checkpoint in {path} has tensors this loader does not read: {', '.join(unread)}")
+    return params, d2t
 
 
 def save_dflash(path: str | Path, cfg: DFlashConfig, params: dict, dtype: str = "float32",
@@ -370,6 +589,10 @@ def save_dflash(path: str | Path, cfg: DFlashConfig, params: dict, dtype: str = 
                "hidden_norm.weight": np.asarray(params["hidden_norm"], np.float32),
                "norm.weight": np.asarray(params["norm"], np.float32),
                **layer_tensors(params["layers"], _tensor_names(cfg))}
+    if "embed" in params:
+        tensors["embed_tokens.weight"] = np.asarray(params["embed"], np.float32)
+    if "lm_head" in params:
+        tensors["lm_head.weight"] = np.asarray(params["lm_head"], np.float32).T
     config = config_json(cfg)
     if d2t is not None:
         tensors["d2t"] = np.asarray(d2t, np.int64)
@@ -390,12 +613,14 @@ def default_mask_token_id(target: Target) -> int:
 
 
 def init_dflash(target: Target, num_layers: int, block_size: int, target_layer_ids: tuple[int, ...] | None = None,
-                mask_token_id: int | None = None, seed: int = 0,
-                intermediate_size: int | None = None) -> tuple[DFlashConfig, dict]:
-    """A randomly initialised DFlash drafter for `target` (matrices N(0, 0.02), norms ones).
+                mask_token_id: int | None = None, seed: int = 0, intermediate_size: int | None = None,
+                windows: tuple[int | None, ...] = (), causal: tuple[bool, ...] = (),
+                attention_bias: bool = False) -> tuple[DFlashConfig, dict]:
+    """A randomly initialised DFlash drafter for `target` (matrices N(0, 0.02), norms ones, biases zeros).
 
     The body copies the target's width, heads and RoPE; target_layer_ids default to the reference
-    formula with one feature per drafter layer; mask_token_id to default_mask_token_id(target).
+    formula with one feature per drafter layer; mask_token_id to default_mask_token_id(target). windows,
+    causal and attention_bias give the layers of newer drafters (see DFlashConfig).
     """
     if block_size < 2:
         raise DrafterError(f"DFlash block_size must be >= 2, got {block_size}")
@@ -403,22 +628,36 @@ def init_dflash(target: Target, num_layers: int, block_size: int, target_layer_i
     ids = tuple(target_layer_ids) if target_layer_ids is not None else default_target_layer_ids(t.num_layers,
                                                                                                num_layers)
     mask_id = default_mask_token_id(target) if mask_token_id is None else int(mask_token_id)
-    body = replace(t, arch="qwen3", qk_norm=True, num_layers=num_layers, tie_embeddings=False,
-                   intermediate_size=intermediate_size or t.intermediate_size)
-    cfg = DFlashConfig(body, block_size, mask_id, ids, t.num_layers)
+    body = decoder_shape(t, "qwen3", num_layers=num_layers, intermediate_size=intermediate_size or t.intermediate_size)
+    for name, per_layer in (("windows", windows), ("causal", causal)):
+        if per_layer and len(per_layer) != num_layers:
+            raise DrafterError(f"DFlash {name} needs one entry per drafter layer ({num_layers}), got {per_layer}")
+    cfg = DFlashConfig(body, block_size, mask_id, ids, t.num_layers,
+                       tuple(windows) if any(w is not None for w in windows) else (),
+                       tuple(bool(c) for c in causal) if any(causal) else (), attention_bias)
     rng = np.random.default_rng(seed)
     params = {"fc": random_matrix(rng, (len(ids) * t.hidden_size, t.hidden_size), target.dtype),
               "hidden_norm": jnp.ones(t.hidden_size, jnp.float32), "norm": jnp.ones(t.hidden_size, jnp.float32),
-              "layers": random_layers(rng, layer_shapes(body, t.hidden_size), num_layers, target.dtype)}
+              "layers": random_layers(rng, layer_shapes(body, t.hidden_size, attention_bias), num_layers, target.dtype)}
     check_fit(cfg, params["fc"].shape[0], t)
     return cfg, params
 
 
 def load(target: Target, path: str | Path | None = None, k: int | None = None, **options) -> DFlashDrafter:
-    """A DFlash drafter from a z-lab checkpoint directory (None: the shipped SmolLM2-135M drafter)."""
+    """A DFlash drafter from a checkpoint directory of any published config generation (None: the shipped
+    SmolLM2-135M drafter); a mask token given as a string is resolved by the target's tokenizer."""
     path = checkpoint_dir(path, DEFAULT_CHECKPOINT, "DFlash", options)
-    cfg = config_from_json(read_config(path))
-    check_fit(cfg, len(cfg.target_layer_ids) * target.cfg.hidden_size, target.cfg)
-    params = load_params(path, cfg, target.dtype)
-    d2t = read_tensors(path).get("d2t")
+    hf = read_config(path)
+    cfg = config_from_json(hf, getattr(target, "tokenizer", None), target.cfg.num_layers)
+    # without target_hidden_size the drafter is as wide as the target: check that before reading tensors
+    check_fit(cfg, len(cfg.target_layer_ids) * target.cfg.hidden_size, target.cfg,
+              shared_embed=cfg.target_hidden_size is None)
+    tied = hf.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise DrafterError(f"DFlash tie_word_embeddings must be true or false, got {tied!r}")
+    params, d2t = load_params(path, cfg, target.dtype, tied)
+    vd = hf.get("draft_vocab_size")
+    if vd is not None and vd != (cfg.body.vocab_size if d2t is None else len(d2t)):
+        raise DrafterError(f"DFlash draft_vocab_size is {vd} but the checkpoint in {path} has "
+                           f"{'no d2t map' if d2t is None else f'a d2t map of {len(d2t)} entries'}")
     return DFlashDrafter(target, cfg, params, k=k, checkpoint=str(path), d2t=d2t)

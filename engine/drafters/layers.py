@@ -3,7 +3,7 @@ checkpoint tensors in Hugging Face layout <-> per-layer [in, out] params, random
 
 Per-layer params use engine/weights.py's names and layout (matrices [in, out], norms float32):
     attn_norm [H], wq [W, Nh*D], wk/wv [W, Nkv*D], wo [Nh*D, H], mlp_norm [H],
-    w_gate/w_up [H, I], w_down [I, H], (qk_norm) q_norm/k_norm [D]
+    w_gate/w_up [H, I], w_down [I, H], (qk_norm) q_norm/k_norm [D], (attention bias) bq/bk/bv/bo float32
 with W the attention input width (H for DFlash, 2H for EAGLE-3's midlayer).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -20,12 +21,16 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from ..config import CheckpointError, ModelConfig, config_from_hf, read_json
-from ..model import lm_head
+from ..model import linear, lm_head
 from ..sharding import heads_divide, place_params, zeros
 from ..weights import DTYPES, LAYER_KEYS
 from .base import DrafterError
 
 INIT_STD = 0.02  # Hugging Face initializer_range
+# attention biases: our name -> (HF suffix inside the layer prefix, transposed), next to engine/weights.py's LAYER_KEYS
+BIAS_KEYS = {"bq": ("self_attn.q_proj.bias", False), "bk": ("self_attn.k_proj.bias", False),
+             "bv": ("self_attn.v_proj.bias", False), "bo": ("self_attn.o_proj.bias", False)}
+TENSOR_KEYS = {**LAYER_KEYS, **BIAS_KEYS}  # every per-layer param of the drafters
 
 
 def shared_head(target_params: dict) -> dict:
@@ -80,10 +85,15 @@ def concat_features(features: jax.Array) -> jax.Array:
     return jnp.moveaxis(features, 0, 2).reshape(b, t, f * h)
 
 
-def body_config(hf: dict, arch: str, what: str) -> ModelConfig:
+def body_config(hf: dict, arch: str, what: str, attention_bias: bool = False) -> ModelConfig:
     """A drafter's decoder shape from its config.json; `arch` "qwen3" (q/k norms) or "llama" (none).
-    Bias tensors and activations other than SiLU are refused: the layers have neither."""
-    for field in ("attention_bias", "mlp_bias"):
+    MLP biases and activations other than SiLU are refused, attention biases unless `attention_bias` (the
+    caller loads them). The body is never tied: drafters decide their head themselves."""
+    for field in ("rope_scaling", "rope_parameters"):
+        if hf.get(field) is not None and not isinstance(hf[field], dict):
+            raise DrafterError(f"{what} config.json {field} must be an object, got {json.dumps(hf[field])}")
+    fields = ("mlp_bias",) if attention_bias else ("attention_bias", "mlp_bias")
+    for field in fields:
         if hf.get(field):
             raise DrafterError(f"{what} config.json has {field}: {json.dumps(hf[field])}; only bias-free "
                                "layers are supported")
@@ -91,9 +101,27 @@ def body_config(hf: dict, arch: str, what: str) -> ModelConfig:
         raise DrafterError(f"{what} config.json has hidden_act: {json.dumps(hf['hidden_act'])}; only \"silu\" "
                            "is supported")
     try:
-        return config_from_hf({**hf, "model_type": arch, "architectures": []})
+        body = decoder_shape(config_from_hf({**hf, "model_type": arch, "architectures": []}), arch)
+        body.inv_freq()  # an unsupported RoPE type fails here, at load
     except CheckpointError as e:
         raise DrafterError(f"{what} config: {e}") from None
+    return body
+
+
+def decoder_shape(cfg: ModelConfig, arch: str, **changes) -> ModelConfig:
+    """A drafter body: only the dense decoder shape and RoPE of `cfg` (never tied; no sliding layers, biases,
+    sinks or experts, which each drafter's own config holds), as `arch` ("qwen3": q/k norms), with `changes`."""
+    body = ModelConfig(arch, cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.num_heads,
+                       cfg.num_kv_heads, cfg.head_dim, cfg.rms_eps, cfg.rope_theta, cfg.max_position,
+                       qk_norm=arch == "qwen3", rope_scaling=cfg.rope_scaling)
+    return replace(body, **changes)
+
+
+def check_keys(hf: dict, known: Iterable[str], what: str, where: str = "config.json") -> None:
+    """Refuse keys of `hf` outside `known` (what a loader reads or knowingly ignores), naming them."""
+    unknown = sorted(set(hf) - set(known))
+    if unknown:
+        raise DrafterError(f"{what} {where} has keys this loader does not read: {', '.join(unknown)}")
 
 
 def body_json(body: ModelConfig) -> dict:
@@ -108,15 +136,24 @@ def body_json(body: ModelConfig) -> dict:
     return out
 
 
-def layer_shapes(body: ModelConfig, in_width: int) -> dict[str, tuple[int, ...]]:
-    """Our per-layer param name -> [in, out] shape, for attention input width `in_width`."""
+def layer_shapes(body: ModelConfig, in_width: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
+    """Our per-layer param name -> [in, out] shape, for attention input width `in_width` (with q/k/v/o biases)."""
     h, i, d = body.hidden_size, body.intermediate_size, body.head_dim
     shapes = {"attn_norm": (h,), "wq": (in_width, body.num_heads * d), "wk": (in_width, body.num_kv_heads * d),
               "wv": (in_width, body.num_kv_heads * d), "wo": (body.num_heads * d, h), "mlp_norm": (h,),
               "w_gate": (h, i), "w_up": (h, i), "w_down": (i, h)}
     if body.qk_norm:
         shapes |= {"q_norm": (d,), "k_norm": (d,)}
+    if bias:
+        shapes |= {"bq": (body.num_heads * d,), "bk": (body.num_kv_heads * d,), "bv": (body.num_kv_heads * d,),
+                   "bo": (h,)}
     return shapes
+
+
+def linear_bias(x: jax.Array, lp: dict, w: str, b: str) -> jax.Array:
+    """linear(x, lp[w]) plus the bias lp[b] when the layer has one."""
+    y = linear(x, lp[w])
+    return y + lp[b] if b in lp else y
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
@@ -166,7 +203,7 @@ def load_layers(tensors: dict, prefixes: Iterable[str], shapes: dict[str, tuple[
     for p in prefixes:
         layer = {}
         for name, shape in shapes.items():
-            suffix, transposed = LAYER_KEYS[name]
+            suffix, transposed = TENSOR_KEYS[name]
             row = expect_tensor(tensors, f"{p}{suffix}", shape[::-1] if transposed else shape, path)
             layer[name] = matrix(row, dtype) if transposed else vector(row)
         layers.append(layer)
@@ -178,16 +215,20 @@ def layer_tensors(layers: list[dict], prefixes: list[str]) -> dict[str, np.ndarr
     out = {}
     for layer, p in zip(layers, prefixes, strict=True):
         for name, a in layer.items():
-            suffix, transposed = LAYER_KEYS[name]
+            suffix, transposed = TENSOR_KEYS[name]
             a = np.asarray(a, np.float32)
             out[f"{p}{suffix}"] = a.T if transposed else a
     return out
 
 
 def random_layers(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], n: int, dtype: str) -> list[dict]:
-    """n random layers: matrices N(0, 0.02), norms ones."""
-    return [{name: random_matrix(rng, shape, dtype) if len(shape) == 2 else jnp.ones(shape, jnp.float32)
-             for name, shape in shapes.items()} for _ in range(n)]
+    """n random layers: matrices N(0, 0.02), norms ones, biases zeros."""
+    def one(name: str, shape: tuple[int, ...]) -> jax.Array:
+        if len(shape) == 2:
+            return random_matrix(rng, shape, dtype)
+        return (jnp.zeros if name in BIAS_KEYS else jnp.ones)(shape, jnp.float32)
+
+    return [{name: one(name, shape) for name, shape in shapes.items()} for _ in range(n)]
 
 
 def random_matrix(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> jax.Array:
