@@ -7,7 +7,7 @@ import jax
 
 from .render import CSS
 from .state import Workbench
-from .tabs import acceptance, annotate, compare, generate, history, kflat
+from .tabs import acceptance, annotate, compare, diagnose, generate, history, kflat
 
 
 def header(wb: Workbench) -> str:
@@ -28,7 +28,7 @@ def build(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Compare", id="compare") as tab:
                 compare.build(wb, tab, prompt)
             for name, module in (("K-Flat", kflat), ("Acceptance", acceptance), ("History", history),
-                                 ("Annotate", annotate)):
+                                 ("Annotate", annotate), ("Diagnose", diagnose)):
                 with gr.Tab(name, id=name.lower()) as tab:
                     module.build(wb, tab)
     return demo

@@ -39,6 +39,10 @@ STEP_COLUMNS = ("run_id", "idx") + STEP_FIELDS[1:]
 STEP_DEFAULTS: dict[str, Any] = {"drafted_text": [], "bonus_text": "", "top5_text": []}
 KFLAT_KEYS = ("context", "k", "verify_ms", "draft_ms", "drafter")
 STATUSES = ("done", "cancelled")
+# doctor report row key -> doctor_checks column
+DOCTOR_FIELDS = {"check": "check_name", "variant": "variant", "configured": "configured", "tau": "tau",
+                 "engine_tau": "engine_tau", "per_position": "per_position", "per_prompt": "per_prompt", "diff": "diff",
+                 "margin": "margin", "verdict": "verdict", "detail": "detail"}
 
 _LOCK_MARK = "Could not set lock"
 _CORRUPT_MARKS = ("not a valid DuckDB database", "corrupt", "checksum", "Corrupt")
@@ -354,6 +358,45 @@ class History:
             raise HistoryError("a label needs a name")
         with self._transaction("add the label") as con:
             con.execute("INSERT INTO labels VALUES (?, ?) ON CONFLICT DO NOTHING", [name, _utcnow()])
+
+    # -- drafter doctor reports -----------------------------------------------------------------------
+
+    def write_doctor_report(self, report: dict) -> str:
+        """Store a drafter doctor report {identity, settings, rows, wall_s} (experiments.doctor) in one
+        transaction; return its report_id."""
+        identity, rows = report["identity"], report["rows"]
+        faults = [r["check"] for r in rows if r["configured"] and r["verdict"] == "fault"]
+        with self._transaction("write the doctor report") as con:
+            report_id = report.get("report_id") or _first(con, "SELECT uuidv7()::VARCHAR")[0]
+            con.execute("INSERT INTO doctor_reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [report_id, report.get("created_at") or _utcnow(), identity.get("target"),
+                         identity.get("target_path"), identity.get("drafter"), identity.get("drafter_path"), faults,
+                         report.get("wall_s"), _json(identity), _json(report["settings"])])
+            table = [(report_id, i, *(r[k] for k in DOCTOR_FIELDS)) for i, r in enumerate(rows)]
+            if table:
+                con.executemany(f"INSERT INTO doctor_checks (report_id, idx, {', '.join(DOCTOR_FIELDS.values())}) "
+                                f"VALUES ({', '.join('?' * (len(DOCTOR_FIELDS) + 2))})", table)
+        return report_id
+
+    def get_doctor_report(self, report_id: str) -> dict:
+        """A stored doctor report in the shape it was written, plus report_id and created_at."""
+        with self._connect() as con:
+            head = _dicts(con.execute("SELECT * FROM doctor_reports WHERE report_id = ?", [report_id]))
+            if not head:
+                raise HistoryError(f"no doctor report {report_id!r} in {self.path}")
+            checks = _dicts(con.execute("SELECT * FROM doctor_checks WHERE report_id = ? ORDER BY idx", [report_id]))
+        h = head[0]
+        return {"report_id": h["report_id"], "created_at": h["created_at"], "identity": json.loads(h["identity"]),
+                "settings": json.loads(h["settings"]), "wall_s": h["wall_s"],
+                "rows": [{key: c[column] for key, column in DOCTOR_FIELDS.items()} for c in checks]}
+
+    def list_doctor_reports(self, drafter: str | None = None, limit: int = 200) -> list[dict]:
+        """Stored doctor reports (report_id, created_at, target, drafter, drafter_path, faults, wall_s), newest
+        first."""
+        where, params = _filters(("drafter", drafter))
+        return self.query("SELECT report_id, created_at, target, drafter, drafter_path, faults, wall_s FROM "
+                          f"doctor_reports {_where(where)} ORDER BY created_at DESC, report_id DESC LIMIT ?",
+                          params + [int(limit)])
 
     # -- SQL ------------------------------------------------------------------------------------------
 

@@ -148,6 +148,37 @@ QUALIFY row_number() OVER (PARTITION BY run_id, step_idx, draft_pos ORDER BY upd
 
 DROP TABLE annotations_v3;
 
+-- migration 5: drafter doctor reports (experiments/doctor.py): one row per report, one per check variant
+CREATE TABLE doctor_reports (
+    report_id    VARCHAR PRIMARY KEY,         -- uuidv7 text
+    created_at   TIMESTAMP NOT NULL,
+    target       VARCHAR,
+    target_path  VARCHAR,
+    drafter      VARCHAR,
+    drafter_path VARCHAR,
+    faults       VARCHAR[] NOT NULL,          -- checks whose verdict is fault
+    wall_s       DOUBLE,
+    identity     VARCHAR NOT NULL,            -- JSON: paths, config hashes, versions, device
+    settings     VARCHAR NOT NULL             -- JSON: prompts, max_new_tokens, raw, temperature, k, seed
+);
+
+CREATE TABLE doctor_checks (
+    report_id    VARCHAR NOT NULL,
+    idx          INTEGER NOT NULL,            -- row order within the report
+    check_name   VARCHAR NOT NULL,            -- chat_template, thinking, taps, mask_token, shared_head, ...
+    variant      VARCHAR NOT NULL,
+    configured   BOOLEAN NOT NULL,            -- the pair as configured (carries the check's verdict)
+    tau          DOUBLE,                      -- the verdict's metric (tau_est at every anchor); NULL: not measured
+    engine_tau   DOUBLE,                      -- the engine's own tau of the same run, when there is one
+    per_position DOUBLE[] NOT NULL,           -- P(accepted >= i), i = 1..K
+    per_prompt   DOUBLE[] NOT NULL,           -- tau per prompt
+    diff         DOUBLE,                      -- mean per-prompt tau difference against the configured pair
+    margin       DOUBLE,                      -- its 95 % noise margin
+    verdict      VARCHAR NOT NULL CHECK (verdict IN ('ok', 'fault', 'inconclusive')),
+    detail       VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (report_id, idx)
+);
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS
@@ -209,6 +240,7 @@ GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
 -- an early EOS) compare rates, not durations. Feeds the app's default drafter and K.
 CREATE OR REPLACE VIEW measured_speedup AS
 SELECT d.target, d.dtype, d.device_kind, d.batch, d.temperature, d.drafter, d.drafter_checkpoint, d.k,
+       coalesce(json_extract_string(d.extra, '$.settings.template'), '') AS template,
        count(*) AS n_pairs,
        (sum(d.n_generated) / nullif(sum(d.decode_s), 0))
            / nullif(sum(a.n_generated) / nullif(sum(a.decode_s), 0), 0) AS speedup,
@@ -217,5 +249,7 @@ FROM runs d
 JOIN runs a ON a.comparison_group = d.comparison_group AND a.drafter = 'ar' AND a.status = 'done'
            AND a.prompt = d.prompt AND a.max_new_tokens = d.max_new_tokens AND a.temperature = d.temperature
            AND a.batch = d.batch AND a.device_kind = d.device_kind AND a.target = d.target AND a.dtype = d.dtype
+           AND coalesce(json_extract_string(a.extra, '$.settings.template'), '')
+             = coalesce(json_extract_string(d.extra, '$.settings.template'), '')
 WHERE d.status = 'done' AND d.drafter <> 'ar' AND d.comparison_group IS NOT NULL
-GROUP BY d.target, d.dtype, d.device_kind, d.batch, d.temperature, d.drafter, d.drafter_checkpoint, d.k;
+GROUP BY ALL;

@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "4"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "5"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "4"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "5"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
