@@ -116,9 +116,20 @@ def times_drafter(rows: list[dict], drafter: str) -> bool:
     return bool(rows) and all(r.get("drafter") == drafter and r.get("draft_ms") is not None for r in rows)
 
 
-def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source: str, drafter: str) -> go.Figure:
+def prediction_errors(rows: list[dict], survival: list[float], measured: list[dict],
+                      with_draft: bool = True) -> list[dict]:
+    """Per K both predicted (from a sweep) and measured (stored runs): {k, predicted, measured, error, n_pairs},
+    error = predicted / measured - 1."""
+    predicted = {p["k"]: p["speedup"] for p in predict_speedup(rows, survival, with_draft)}
+    return [{"k": m["k"], "predicted": predicted[m["k"]], "measured": m["speedup"], "n_pairs": m["n_pairs"],
+             "error": predicted[m["k"]] / m["speedup"] - 1} for m in measured if m["k"] in predicted]
+
+
+def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source: str, drafter: str,
+                   measured: list[dict] = ()) -> go.Figure:
     """Predicted speedup vs K per sweep from `drafter`'s measured survival curve; the best K is starred. A sweep
-    that timed this drafter's draft step counts it (solid); any other is a verify-only estimate (dotted, so named)."""
+    that timed this drafter's draft step counts it (solid); any other is a verify-only estimate (dotted, so named).
+    measured: the drafter's speedups from stored runs ({k, speedup, n_pairs}), drawn as points sized by count."""
     title = f"Predicted speedup vs K<br><sup>{SPEEDUP_MODEL}<br>acceptance: {source}</sup>"
     if not sweeps or not survival:
         return empty_figure(title, "needs a sweep and stored runs of the chosen drafter")
@@ -146,6 +157,15 @@ def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source:
                                                                                           " (no draft cost)")],
                                  textposition=label_position(best["k"], [p["k"] for p in pred]),
                                  name=f"best K · {label}", showlegend=False))
+    if measured:
+        top = max([top] + [m["speedup"] for m in measured])
+        counts = [m["n_pairs"] for m in measured]
+        fig.add_trace(go.Scatter(x=[m["k"] for m in measured], y=[m["speedup"] for m in measured], mode="markers",
+                                 name=f"measured: {drafter} runs over ar (greedy, this device)",
+                                 customdata=counts, hovertemplate="K=%{x}<br>measured %{y:.2f}×<br>"
+                                                                  "%{customdata} run pairs<extra></extra>",
+                                 marker=dict(symbol="diamond", size=marker_sizes(counts, max(counts)),
+                                             color=drafter_colour(drafter), line=dict(color="black", width=1))))
     fig.add_hline(y=1.0, line=dict(color=GREY, dash="dot"))
     fig.update_yaxes(range=[0, top * 1.25])  # from zero, with room for the best-K label
     return fig

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
+from engine.decode import cache_len_for
 from storage import History
 
 NO_SUITE = "(no suite)"
@@ -116,8 +117,38 @@ def matching_ar_runs(h: History, prompt: str, settings: dict, limit: int = 50) -
     """Every such `ar` run (see matching_ar_run), newest first: the spread of the baseline on this machine."""
     same = " AND ".join(f"{key} = ?" for key in AR_MATCH_KEYS)
     raw = "coalesce(json_extract(extra, '$.settings.raw')::BOOLEAN, false) = ?"  # chat template or not
+    template = "coalesce(json_extract_string(extra, '$.settings.template'), '') = ?"  # and its switches
     rows = h.query(f"SELECT run_id, tok_per_s, token_ids, comparison_group FROM runs WHERE drafter = 'ar' "
                    f"AND status = 'done' AND compiles = 0 AND tok_per_s > 0 AND prompt = ? AND {same} AND {raw} "
-                   "ORDER BY created_at DESC LIMIT ?",
-                   [prompt, *(settings[key] for key in AR_MATCH_KEYS), bool(settings.get("raw")), int(limit)])
+                   f"AND {template} ORDER BY created_at DESC LIMIT ?",
+                   [prompt, *(settings[key] for key in AR_MATCH_KEYS), bool(settings.get("raw")),
+                    settings.get("template") or "", int(limit)])
     return rows
+
+
+def run_shape(h: History, target: str, drafter: str, limit: int = 50) -> dict | None:
+    """How the newest finished batch-1 runs of a drafter on a target ran: {context: the median block position,
+    cache_rows: the cache size most of them used, n_runs}, or None without runs. What K-Flat times by default."""
+    rows = h.query("SELECT r.n_prompt, r.max_new_tokens, r.k, median(s.position) AS position FROM runs r "
+                   "JOIN steps s USING (run_id) WHERE r.target = ? AND r.drafter = ? AND r.status = 'done' "
+                   "AND r.batch = 1 GROUP BY r.run_id, r.n_prompt, r.max_new_tokens, r.k, r.created_at "
+                   "ORDER BY r.created_at DESC LIMIT ?", [target, drafter, int(limit)])
+    if not rows:
+        return None
+    sizes = Counter(cache_len_for(r["n_prompt"], r["max_new_tokens"], max(r["k"] or 0, 1) + 1) for r in rows)
+    positions = sorted(r["position"] for r in rows)
+    return {"context": int(positions[len(positions) // 2]), "cache_rows": sizes.most_common(1)[0][0],
+            "n_runs": len(rows)}
+
+
+def measured_speedups(h: History, target: str, drafter: str, device_kind: str, template: str = "") -> list[dict]:
+    """Greedy batch-1 speedups measured on this device kind with these chat-template switches, per K ({k, speedup,
+    tau, n_pairs}; the checkpoint with the most pairs where several ran at one K): what a K-Flat prediction is
+    checked against."""
+    rows = h.query("SELECT k, speedup, tau, n_pairs FROM measured_speedup WHERE target = ? AND drafter = ? "
+                   "AND device_kind = ? AND batch = 1 AND temperature = 0 AND speedup IS NOT NULL AND template = ? "
+                   "ORDER BY k, n_pairs DESC", [target, drafter, device_kind, template])
+    best: dict[int, dict] = {}
+    for r in rows:
+        best.setdefault(r["k"], r)
+    return list(best.values())

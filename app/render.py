@@ -40,6 +40,7 @@ CSS = """
 .tok.unv.agree { border-bottom: 2px solid #059669; color: #065f46; }
 .tok.bonus { background: #dbeafe; color: #1e3a8a; font-weight: 600; }
 .tok.cut { opacity: 0.45; }
+.tok .piece { opacity: 0.5; }
 .tok.pick { cursor: pointer; }
 .tok.pick:hover, .tok.picked { outline: 2px solid #f59e0b; }
 .tok.ann { box-shadow: inset 0 -3px 0 #f59e0b; }
@@ -59,10 +60,13 @@ LEGEND = ('<div class="ds-legend"><span class="tok acc">accepted</span> <span cl
           'hover a token for p, q and the target\'s top-5</div>')
 
 
+PIECE_NOTE = "\nno text of its own here: a byte piece of a character that a later token completes"
+
+
 def token_text(text: str, newline: str = "↵") -> str:
-    """A token's text made visible and HTML-safe (newlines as ↵, empty as ∅)."""
+    """A token's text made visible and HTML-safe (newlines as ↵, no text as a thin ·)."""
     if text == "":
-        return "∅"
+        return '<span class="piece">·</span>'
     return escape(text).replace("\n", newline)
 
 
@@ -125,7 +129,7 @@ def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int
         what = ("accepted" if ok else "rejected (the first rejection)" if not unverified else
                 "unverified (after the rejection)" + ("; the target's greedy choice here agrees" if agree else ""))
         title = (f"step {idx} · draft {i + 1}/{len(drafted)} · {what}\np (target) = {p:.4f}   q (drafter) = {q:.4f}\n"
-                 f"{_top5(step, i)}")
+                 f"{_top5(step, i)}" + (PIECE_NOTE if text == "" else ""))
         if ok:
             cut = " cut" if i >= n_emitted else ""
             parts.append(_span("acc" + cut, text, title, newline="↵\n"))
@@ -143,7 +147,8 @@ def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int
         bp = _bonus_p(step)
         title = (f"step {idx} · bonus: the target's token after {n_acc} accepted\n"
                  f"p (target) = {'n/a' if bp is None else f'{bp:.4f}'}\n{_top5(step, n_acc)}")
-        parts.append(_span("bonus", step.get("bonus_text") or str(step["bonus"]), title, newline="↵\n"))
+        text = step.get("bonus_text", str(step["bonus"]))
+        parts.append(_span("bonus", text, title + (PIECE_NOTE if text == "" else ""), newline="↵\n"))
     parts.append("</span>")
     return "".join(parts)
 
@@ -243,12 +248,17 @@ def stats_html(stats: dict, speedup: float | None = None, speedup_note: str = ""
 
 
 def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = (),
-             pick_unverified: bool = False) -> str:
-    """A stored run (History.get_run): what it was, its stats, its block view replayed and its plain output."""
+             pick_unverified: bool = False, speedup: tuple[float | None, str] = (None, "")) -> str:
+    """A stored run (History.get_run): what it was, its stats (with its speedup over ar and what that is against),
+    its block view replayed and its plain output."""
     s = run.get("settings") or {}
     facts = [f"run {run.get('run_id')}", f"{s.get('drafter')} K={s.get('k')}", f"T={s.get('temperature')}",
              f"status {run.get('status')}", f"{run.get('created_at'):%Y-%m-%d %H:%M:%S} UTC"
              if run.get("created_at") else ""]
+    if s.get("raw"):
+        facts.append("raw prompt")
+    if s.get("template"):
+        facts.append(f"chat template {s['template']}")
     if run.get("suite"):
         facts.append(f"suite {run['suite']} #{run.get('prompt_id')}")
     if run.get("lossless") is not None:
@@ -257,5 +267,5 @@ def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, 
         facts.append(f"comparison {run['comparison_group'][:8]}")
     head = f'<div class="ds-legend">{escape(" · ".join(f for f in facts if f))}</div>'
     view = block_view(run.get("steps") or [], run.get("prompt"), clickable, annotated, pick_unverified=pick_unverified)
-    stats = stats_html(run.get("stats") or {}, steps=run.get("steps") or [])
+    stats = stats_html(run.get("stats") or {}, *speedup, steps=run.get("steps") or [])
     return f'{head}{stats}<div class="ds-pair">{view}{plain_html(run.get("text"))}</div>'

@@ -13,12 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import engine
 from engine.decode import settings_of
 from engine.sharding import mesh_label
+from engine.tokenizer import template_label
 from storage import HistoryError
 
 from . import queries
@@ -35,7 +37,7 @@ class Live:
     label: str
     steps: list[dict]
     stats: dict
-    status: str  # running | done | cancelled
+    status: str  # prefilling | running | done | cancelled
     run_id: str | None = None
     message: str = ""
     token_ids: list[int] = field(default_factory=list)
@@ -45,6 +47,44 @@ class Live:
     def title(self) -> str:
         """What ran: 'ngram K=4', or 'ar'."""
         return f"{self.label} K={self.k}" if self.k else self.label
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "cancelled")
+
+
+class PrefillProgress:
+    """Chunks of the prompt prefilled so far, as the engine reports them (engine.stream on_prefill)."""
+
+    POLL_S = 0.5
+
+    def __init__(self, n_prompt: int):
+        self.n_prompt, self.done, self.total, self.t0 = n_prompt, 0, 0, time.perf_counter()
+
+    def update(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+    def text(self) -> str:
+        """'prefilling 6,696 prompt tokens: chunk 12/105, about 80 s left'."""
+        head = f"prefilling {self.n_prompt:,} prompt tokens"
+        if not self.done:
+            return f"{head} …"
+        left = (time.perf_counter() - self.t0) / self.done * (self.total - self.done)
+        return f"{head}: chunk {self.done}/{self.total}, about {left:.0f} s left"
+
+
+def first_step(gen: Iterator, progress: PrefillProgress, label: str, k: int,
+               warm: dict) -> Generator[Live, None, object]:
+    """next(gen) (the prefill, then the first verify step) in a worker thread, yielding a 'prefilling' Live each
+    time the prefill's progress moves; returns the step, or raises what next(gen) raised (StopIteration too)."""
+    with ThreadPoolExecutor(1) as pool:
+        job, shown = pool.submit(next, gen), -1
+        while not job.done():
+            wait([job], timeout=PrefillProgress.POLL_S)
+            if progress.done != shown and not job.done():
+                shown = progress.done
+                yield Live(label, [], dict(warm), "prefilling", message=progress.text(), k=k)
+        return job.result()
 
 
 @dataclass
@@ -70,15 +110,17 @@ def live_stats(steps: list[dict], decode_s: float) -> dict:
             "n_steps": len(steps), "n_generated": n_out, "drafted": drafted, "accepted": accepted}
 
 
-def engine_settings(temperature: float, max_new_tokens: int, raw: bool = False) -> dict:
-    """The generation keywords of every app run (greedy when temperature is 0, seed 0; the chat template unless
-    raw)."""
-    return dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=bool(raw))
+def engine_settings(temperature: float, max_new_tokens: int, raw: bool = False, template: dict | None = None) -> dict:
+    """The generation keywords of every app run (greedy when temperature is 0, seed 0; the chat template with its
+    switches unless raw)."""
+    return dict(temperature=temperature, top_p=1.0, seed=0, max_new_tokens=max_new_tokens, raw=bool(raw),
+                template=dict(template or {}))
 
 
 def run_settings(wb: Workbench, drafter: engine.Drafter, settings: dict) -> dict:
     """The settings a run with these generation keywords is stored with (batch 1 on the target's mesh)."""
-    return settings_of(wb.target, drafter, **settings, batch=1, mesh=mesh_label(wb.target.mesh))
+    return settings_of(wb.target, drafter, **settings | {"template": template_label(settings.get("template"))},
+                       batch=1, mesh=mesh_label(wb.target.mesh))
 
 
 def partial_result(wb: Workbench, drafter: engine.Drafter, prompt: str, steps: list[dict], t_start: float,
@@ -86,7 +128,7 @@ def partial_result(wb: Workbench, drafter: engine.Drafter, prompt: str, steps: l
     """A GenerationResult-shaped dict for a run stopped before its end."""
     now = time.perf_counter()
     out = [t for s in steps for t in s["emitted"]]
-    prompt_ids = wb.target.encode(prompt, settings["raw"]).tolist()
+    prompt_ids = wb.target.encode(prompt, settings["raw"], settings["template"]).tolist()
     stats = live_stats(steps, now - t_decode) | {
         "wall_s": now - t_start, "prefill_ms": (t_decode - t_start) * 1e3, "decode_s": now - t_decode,
         "n_prompt": len(prompt_ids), "draft_ms": sum(s["draft_ms"] for s in steps),
@@ -109,7 +151,7 @@ def store(wb: Workbench, result: dict, **meta) -> tuple[str | None, str]:
 
 def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperature: float, max_new_tokens: int,
                stop: threading.Event | None = None, reference: Reference | None = None, raw: bool = False,
-               **meta) -> Iterator[Live]:
+               template: dict | None = None, **meta) -> Iterator[Live]:
     """Compile this run's shapes (untimed), then yield a Live after every verify step, then the stored run (status
     'done' or 'cancelled'). K: see Workbench.drafter.
 
@@ -118,10 +160,11 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     in the reference's comparison group unless meta names one.
     """
     drafter = wb.drafter(label, k)
-    settings = engine_settings(temperature, max_new_tokens, raw)
+    settings = engine_settings(temperature, max_new_tokens, raw, template)
     compiles, seconds = engine.warm_up(wb.target, [prompt], drafter, **settings)
     warm = {"warmup_compiles": compiles, "warmup_s": seconds}
-    gen = engine.stream(wb.target, prompt, drafter, **settings)
+    progress = PrefillProgress(len(wb.target.encode(prompt, raw, template)))
+    gen = engine.stream(wb.target, prompt, drafter, on_prefill=progress.update, **settings)
     meta = {"prompt": prompt, **wb.example_meta(prompt), **meta}
     if reference is not None:
         meta.setdefault("comparison_group", reference.comparison_group)
@@ -131,7 +174,7 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     try:
         while True:
             try:
-                step = next(gen)
+                step = (yield from first_step(gen, progress, label, drafter.k, warm)) if not steps else next(gen)
             except StopIteration as done:
                 result, status = done.value.to_dict(), "done"
                 break
@@ -176,10 +219,10 @@ def reference_of(live: Live, comparison_group: str | None, note: str, rates: lis
                      rates or [])
 
 
-def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
-                     raw: bool = False) -> Reference | None:
+def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int, raw: bool = False,
+                     template: dict | None = None) -> Reference | None:
     """The newest stored `ar` run on this prompt and settings, timed warm (queries.matching_ar_run), or None."""
-    settings = engine_settings(temperature, max_new_tokens, raw)
+    settings = engine_settings(temperature, max_new_tokens, raw, template)
     rows = queries.matching_ar_runs(wb.history, prompt, run_settings(wb, wb.drafter("ar"), settings))
     if not rows:
         return None
@@ -191,16 +234,16 @@ def stored_reference(wb: Workbench, prompt: str, temperature: float, max_new_tok
 
 def run_reference(wb: Workbench, prompt: str, temperature: float, max_new_tokens: int,
                   stop: threading.Event | None = None, comparison_group: str | None = None,
-                  raw: bool = False) -> Generator[Live, None, Reference | None]:
+                  raw: bool = False, template: dict | None = None) -> Generator[Live, None, Reference | None]:
     """Run `ar` on this prompt and settings in comparison_group (default: a new group), yielding its Lives; return
     it as the Reference, or None when it was stopped."""
     group = comparison_group or uuid.uuid4().hex
-    for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, raw=raw,
+    for live in run_stream(wb, prompt, "ar", None, temperature, max_new_tokens, stop, raw=raw, template=template,
                            comparison_group=group):
         yield live
     if live.status != "done":
         return None
-    rates = ar_rates(wb, prompt, engine_settings(temperature, max_new_tokens, raw))
+    rates = ar_rates(wb, prompt, engine_settings(temperature, max_new_tokens, raw, template))
     return reference_of(live, group, "ar on this prompt and settings, just run", rates)
 
 
@@ -227,3 +270,19 @@ def speedup(live: Live, reference: Reference | None) -> tuple[float | None, str]
         note += (f"; {lo:.2f}-{hi:.2f}x against all {len(reference.rates)} stored ar runs"
                  + (": within noise" if lo <= 1.0 <= hi else ""))
     return tok_per_s / reference.tok_per_s, note
+
+
+def stored_speedup(wb: Workbench, run: dict) -> tuple[float | None, str]:
+    """A stored run's speedup over the stored `ar` runs on its prompt and settings (History replay and compare)."""
+    settings = run.get("settings") or {}
+    if settings.get("drafter") == "ar" or run.get("status") != "done" or not run.get("prompt"):
+        return (1.0, "this is the ar baseline") if settings.get("drafter") == "ar" else (None, "")
+    rows = queries.matching_ar_runs(wb.history, run["prompt"], settings)
+    if not rows:
+        return None, "no stored ar run on this prompt and settings"
+    reference = Reference(rows[0]["run_id"], rows[0]["tok_per_s"], rows[0]["token_ids"], rows[0]["comparison_group"],
+                          f"stored ar run …{rows[0]['run_id'][-8:]}: {rows[0]['tok_per_s']:.1f} tok/s",
+                          [r["tok_per_s"] for r in rows])
+    live = Live(settings.get("drafter") or "", run.get("steps") or [], run.get("stats") or {}, "done")
+    return speedup(live, reference)
+

@@ -14,6 +14,7 @@ import jax
 
 import engine
 from engine.sharding import describe
+from engine.tokenizer import default_template, template_label
 from engine.weights import embedded_model_path
 from storage import History, open_history
 
@@ -113,6 +114,11 @@ class Workbench:
                                                                     if number == 0 else ""))
         return int(number)
 
+    @property
+    def template(self) -> str:
+        """The chat-template switches runs default to here (engine.tokenizer.default_template), as stored."""
+        return template_label(default_template(self.target.tokenizer))
+
     def measured_speedups(self) -> dict[str, tuple[float, int]]:
         """{label: (best measured speedup over ar, its K)} for loaded drafters, greedy, batch 1, on this device:
         from the history's measured_speedup view (runs paired with ar on the same prompt), else from the
@@ -121,8 +127,8 @@ class Workbench:
         device, out = jax.devices()[0].device_kind, {}
         rows = self.history.query(
             "SELECT drafter, drafter_checkpoint, k, speedup FROM measured_speedup WHERE target = ? AND dtype = ? "
-            "AND device_kind = ? AND batch = 1 AND temperature = 0 AND n_pairs >= 3 AND speedup IS NOT NULL",
-            [self.target.name, self.target.dtype, device])
+            "AND device_kind = ? AND batch = 1 AND temperature = 0 AND n_pairs >= 3 AND speedup IS NOT NULL "
+            "AND template = ?", [self.target.name, self.target.dtype, device, self.template])
         for label in self.sources:
             if label == "ar":
                 continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from itertools import islice
 
@@ -27,11 +27,13 @@ from .drafters.ar import ArDrafter
 from .drafters.base import Drafter
 from .model import forward
 from .sharding import fetch, mesh_label
-from .target import Target
+from .target import PIECE_CONTEXT, Target
+from .tokenizer import check_template, template_label
 from .trace import GenerationResult, StepTrace
 from .verify import accept_greedy, accept_sampling, target_probs
 
 PREFILL_CHUNK = 64
+MAX_NEW_TOKENS = 256  # the default generation length
 CACHE_BUCKET = 256
 TOP = 5
 
@@ -61,11 +63,13 @@ def verify_block(params, cache, block, start, n_drafted, key, temperature, top_p
     return (n_acc, bonus, p, top_ids, top_p_vals), feats, cache
 
 
-def prefill(target: Target, cache: dict, bodies: list[np.ndarray], capture: tuple[int, ...]) -> tuple[dict, list]:
+def prefill(target: Target, cache: dict, bodies: list[np.ndarray], capture: tuple[int, ...],
+            on_chunk: Callable[[int, int], None] | None = None) -> tuple[dict, list]:
     """Run each sequence's ids through the target in fixed-size chunks at the same offsets (ragged: rows past a
     sequence's end are padding, written past its length and overwritten later): (cache, [(features, n_valid [B]),
-    one per chunk])."""
+    one per chunk]). on_chunk(done, total) is called as each chunk finishes (then each chunk is waited for)."""
     chunks, longest = [], max(len(ids) for ids in bodies)
+    total = -(-longest // PREFILL_CHUNK)
     for lo in range(0, longest, PREFILL_CHUNK):
         padded = np.zeros((len(bodies), PREFILL_CHUNK), np.int32)
         n_valid = [max(0, min(PREFILL_CHUNK, len(ids) - lo)) for ids in bodies]
@@ -74,6 +78,9 @@ def prefill(target: Target, cache: dict, bodies: list[np.ndarray], capture: tupl
         _, feats, cache = forward(target.params, cache, padded, np.full(len(bodies), lo, np.int32),
                                   cfg=target.cfg, capture=capture, with_logits=False)
         chunks.append((feats, n_valid))
+        if on_chunk is not None:
+            jax.block_until_ready(cache)
+            on_chunk(len(chunks), total)
     return cache, chunks
 
 
@@ -118,28 +125,40 @@ class _Sequence:
         self.stop, self.done_at = None, None
 
 
-def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = None, max_new_tokens: int = 256,
-                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-                 raw: bool = False) -> Generator[list[tuple[int, StepTrace]], None, list[GenerationResult]]:
+def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = None,
+                 max_new_tokens: int = MAX_NEW_TOKENS,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, raw: bool = False,
+                 template: dict | None = None, cache_len: int | None = None,
+                 on_prefill: Callable[[int, int], None] | None = None
+                 ) -> Generator[list[tuple[int, StepTrace]], None, list[GenerationResult]]:
     """Speculative decoding of a batch: every step drafts all sequences in ONE drafter call, then verifies all
     blocks in ONE target pass with per-sequence acceptance and ragged lengths. Yields [(sequence index,
     StepTrace)] per step for the sequences still running; returns one GenerationResult per prompt. Finished
     sequences ride along as undrafted one-token blocks at their final position, their drafter context no longer
-    growing (static shapes: no recompilation when one stops)."""
+    growing (static shapes: no recompilation when one stops). template: chat-template switches (e.g.
+    {"enable_thinking": False}; engine.tokenizer.TEMPLATE_SWITCHES). cache_len: cache rows (default: the bucket the
+    prompts and max_new_tokens need); on_prefill(chunks done, chunks): prefill progress."""
     drafter = drafter or ArDrafter()
     if not prompts:
         raise GenerationError("no prompts to generate from")
-    ids = [target.encode(p, raw) if isinstance(p, str) else np.zeros(0, np.int32) for p in prompts]
+    problem = check_template(target.tokenizer, template)
+    if problem:
+        raise GenerationError(problem)
+    ids = [target.encode(p, raw, template) if isinstance(p, str) else np.zeros(0, np.int32) for p in prompts]
     for prompt, p_ids in zip(prompts, ids, strict=True):
         _validate(target, prompt, p_ids, max_new_tokens, temperature, top_p)
     compiles0, t_start = jit_stats.compile_count(), time.perf_counter()
     batch, k_block = len(ids), max(drafter.k, 1)
     max_len = cache_len_for(max(len(i) for i in ids), max_new_tokens, k_block + 1)
+    if cache_len is not None:
+        if cache_len < max_len:
+            raise GenerationError(f"cache_len {cache_len} is below the {max_len} rows these prompts need")
+        max_len = cache_len
     cache = init_cache(target.cfg, batch, max_len, target.params["embed"].dtype, target.mesh)
     capture, greedy = tuple(drafter.feature_layers), temperature == 0.0
     seqs = [_Sequence(p_ids) for p_ids in ids]
     state = drafter.start(ids, max_len)
-    cache, chunks = prefill(target, cache, [i[:-1] for i in ids], capture)
+    cache, chunks = prefill(target, cache, [i[:-1] for i in ids], capture, on_prefill)
     for feats, n_valid in chunks:
         state = drafter.extend(state, feats, np.asarray(n_valid, np.int32))
     jax.block_until_ready(cache)
@@ -169,6 +188,7 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
         for row in np.flatnonzero(running):
             seq, n = seqs[row], int(n_drafted[row])
             accepted, drafted = int(n_acc[row]), [int(t) for t in block[row, 1:1 + n]]
+            context = seq.tokens[-3 * PIECE_CONTEXT:]  # ends with the anchor
             emitted = (drafted[:accepted] + [int(bonus[row])])[:max_new_tokens - len(seq.out)]
             hit = [i for i, t in enumerate(emitted) if t in target.eos_ids]
             if hit:
@@ -182,8 +202,9 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                 bonus=int(bonus[row]), p=[float(x) for x in p[row, :n]],
                 q=[float(x) for x in proposal.q[row, :n]], top5_ids=rows,
                 top5_p=top_p_vals[row, :n + 1].tolist(), emitted=emitted, draft_ms=(t1 - t0) * 1e3,
-                verify_ms=(t2 - t1) * 1e3, drafted_text=target.token_texts(drafted),
-                bonus_text=target.token_texts([int(bonus[row])])[0], top5_text=[target.token_texts(r) for r in rows])
+                verify_ms=(t2 - t1) * 1e3, drafted_text=target.piece_texts(drafted, context),
+                bonus_text=target.piece_texts(drafted[:accepted] + [int(bonus[row])], context)[-1],
+                top5_text=[target.token_texts(r) for r in rows])
             seq.steps.append(step)
             traces.append((int(row), step))
             if seq.stop is None and len(seq.out) >= max_new_tokens:
@@ -192,7 +213,8 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                 seq.done_at = time.perf_counter()
         yield traces
     settings = settings_of(target, drafter, temperature=temperature, top_p=top_p, seed=seed,
-                           max_new_tokens=max_new_tokens, raw=raw, batch=batch, mesh=mesh_label(target.mesh))
+                           max_new_tokens=max_new_tokens, raw=raw, template=template_label(template), batch=batch,
+                           mesh=mesh_label(target.mesh))
     compiles = jit_stats.compile_count() - compiles0
     return [_result(target, seq, p_ids, settings, t_start, t_decode, prefill_ms, compiles)
             for seq, p_ids in zip(seqs, ids, strict=True)]
@@ -270,11 +292,19 @@ def generate_batch(target: Target, prompts: list[str], drafter: Drafter | None =
     return _drain(decode_batch(target, prompts, drafter, **kw))
 
 
+WARM_UP_PROMPT = "Hello."  # a one-chunk stand-in: the compiled shapes depend on the batch and cache size only
+
+
 def warm_up(target: Target, prompts: list[str], drafter: Drafter | None = None, **kw) -> tuple[int, float]:
-    """Compile what decode_batch(target, prompts, drafter, **kw) needs by running its prefill and first two steps
-    (the second extends the drafter), untimed; (XLA compiles, seconds). Time generations after it."""
+    """Compile what decode_batch(target, prompts, drafter, **kw) needs, untimed: one-chunk stand-in prompts in the
+    same cache size through a prefill and two steps (the second extends the drafter), so a long prompt is not
+    prefilled twice. Returns (XLA compiles, seconds). Time generations after it."""
     compiles0, t0 = jit_stats.compile_count(), time.perf_counter()
-    steps = decode_batch(target, prompts, drafter, **kw)
+    drafter = drafter or ArDrafter()
+    longest = max(len(target.encode(p, kw.get("raw", False), kw.get("template"))) for p in prompts)
+    block = max(drafter.k, 1) + 1
+    rows = kw.pop("cache_len", None) or cache_len_for(longest, kw.get("max_new_tokens", MAX_NEW_TOKENS), block)
+    steps = decode_batch(target, [WARM_UP_PROMPT] * len(prompts), drafter, cache_len=rows, **kw)
     for _ in islice(steps, 2):
         pass
     steps.close()

@@ -22,6 +22,7 @@ from .decode import GenerationError, generate, generate_batch, warm_up
 from .drafters import DrafterError, load_drafter
 from .sharding import MeshError, start_distributed
 from .target import load_target
+from .tokenizer import default_template, parse_template
 
 
 def read_prompts(args) -> list[dict]:
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="join a multi-process run (bare: let JAX find its peers, as on TPU pods)")
     ap.add_argument("--batch", type=int, default=1, help="verify this many prompts of --prompt-file together")
     ap.add_argument("--raw", action="store_true", help="no chat template")
+    ap.add_argument("--template", default=None, metavar="NAME=VALUE,...",
+                    help="chat-template switches, e.g. enable_thinking=false (default: thinking off where the "
+                         "template has it, as the published drafters were trained)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check-lossless", action="store_true")
     a = ap.parse_args(argv)
@@ -89,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         target = load_target(a.target, a.dtype, a.tokenizer, mesh=a.mesh)
         drafter = load_drafter(a.drafter, target, k=a.k)
         baseline = load_drafter("ar", target) if a.check_lossless else None
-        kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw)
+        template = default_template(target.tokenizer) if a.template is None else parse_template(a.template)
+        kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, seed=a.seed, raw=a.raw,
+                  template=template)
         if a.batch < 1:
             raise GenerationError(f"--batch must be at least 1, got {a.batch}")
         rows = read_prompts(a)
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{s['tok_per_s']:.1f} tok/s, {s['n_generated']} tokens in {s['wall_s']:.2f} s "
                       f"(warm-up before timing: {warm_compiles} XLA compiles, {warm_s:.1f} s)"
                       + ("" if lossless is None else f", lossless {lossless}"), flush=True)
-    except (GenerationError, CheckpointError, DrafterError, MeshError, OSError, json.JSONDecodeError) as e:
+    except (GenerationError, CheckpointError, DrafterError, MeshError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -1,7 +1,7 @@
 """K-Flat: the target's verify latency and a drafter's draft latency as functions of K.
 
     python -m engine.kflat --ks 1,2,4,8,16,32,64,128 --context 256 [--drafter NAME] [--json]
-A row per K: {k, verify_ms, draft_ms}. verify_ms times the engine's own step (target forward over
+A row per K: {k, verify_ms, draft_ms, cache_rows}. verify_ms times the engine's own step (target forward over
 a block of K drafted tokens + the anchor at `context`, acceptance, top-5) after warm-up, blocking
 on the result, best of --repeats; draft_ms times one `propose` of the drafter at that K (None without a drafter).
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from .cache import init_cache
 from .config import config_from_hf, read_json
-from .decode import cache_len_for, verify_block
+from .decode import GenerationError, cache_len_for, verify_block
 from .drafters import check_k, load_drafter
 from .target import Target, load_target
 from .weights import random_params
@@ -69,19 +69,25 @@ def draft_ms(target: Target, drafter, context: int, max_len: int, repeats: int =
 
 def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str | None = None,
                   repeats: int = 5, on_k: Callable[[int, int], None] | None = None,
-                  on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Rows {k, verify_ms, draft_ms} for each K, all at one cache size so only K varies. on_k(i, K) is called
-    before the i-th K is compiled and timed (progress), on_row(row) as soon as its row is measured (to store it)."""
+                  on_row: Callable[[dict], None] | None = None, cache_rows: int | None = None) -> list[dict]:
+    """Rows {k, verify_ms, draft_ms, cache_rows} for each K, all at one cache size so only K varies (verify cost
+    grows with the cache: time at the size runs use). cache_rows: default the smallest bucket holding the context
+    and the widest block. on_k(i, K) is called before the i-th K is compiled and timed (progress), on_row(row) as
+    soon as its row is measured (to store it)."""
     if drafter_name and drafter_name != "ar":  # every K the drafter refuses stops here, before anything compiles
         drafter = load_drafter(drafter_name, target)
         for k in ks:
             check_k(k, drafter.max_k, drafter.name)
-    max_len = cache_len_for(context, 0, max(ks) + 1)
+    max_len = cache_rows or cache_len_for(context, 0, max(ks) + 1)
+    if context + max(ks) + 1 > max_len:
+        raise GenerationError(f"a cache of {max_len} rows cannot hold context {context} and a block of K={max(ks)} "
+                              f"(needs {context + max(ks) + 1}): use more cache rows, a shorter context or smaller K")
     rows = []
     for i, k in enumerate(ks):
         if on_k is not None:
             on_k(i, k)
-        row = {"k": k, "verify_ms": verify_ms(target, k, context, max_len, repeats), "draft_ms": None}
+        row = {"k": k, "verify_ms": verify_ms(target, k, context, max_len, repeats), "draft_ms": None,
+               "cache_rows": max_len}
         if drafter_name and drafter_name != "ar":
             row["draft_ms"] = draft_ms(target, load_drafter(drafter_name, target, k=k), context, max_len, repeats)
         rows.append(row)
@@ -94,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="1,2,4,8,16,32,64,128")
     ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--cache-rows", type=int, default=None,
+                    help="target cache size (default: the smallest bucket holding context + the widest block)")
     ap.add_argument("--drafter", default=None)
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         target = load_target(a.target, a.dtype, a.tokenizer)
     ks = [int(x) for x in a.ks.split(",")]
-    for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats):
+    for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats, cache_rows=a.cache_rows):
         if a.json:
             print(json.dumps(row), flush=True)
         else:

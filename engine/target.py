@@ -16,6 +16,9 @@ from .sharding import place_params, resolve_mesh
 from .tokenizer import encode_prompt, load_tokenizer
 from .weights import load_weights
 
+PIECE_CONTEXT = 4  # tokens of context, at least, that piece_texts decodes a block after (a character spans <= 4 bytes)
+REPLACEMENT = "\ufffd"  # what a tokenizer decodes an incomplete UTF-8 sequence to
+
 
 @dataclass(eq=False)
 class Target:
@@ -33,8 +36,9 @@ class Target:
         """Bytes of weights one forward streams (the tied embedding counted once, as the LM head)."""
         return sum(x.nbytes for x in jax.tree.leaves(self.params))
 
-    def encode(self, prompt: str, raw: bool = False) -> np.ndarray:
-        return encode_prompt(self.tokenizer, prompt, raw)
+    def encode(self, prompt: str, raw: bool = False, template: dict | None = None) -> np.ndarray:
+        """Prompt ids: chat-formatted with the template's switches unless raw (engine.tokenizer.encode_prompt)."""
+        return encode_prompt(self.tokenizer, prompt, raw, template)
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -42,6 +46,26 @@ class Target:
     def token_texts(self, ids) -> list[str]:
         """Each token's own text (special tokens kept), for token-level views."""
         return [self.tokenizer.decode([int(i)]) for i in ids]
+
+    def piece_texts(self, ids, context=()) -> list[str]:
+        """Each token's text where it stands, after the tokens in `context` (special tokens kept). Byte pieces are
+        merged: a character split over several tokens is the text of the token that completes it, and the pieces
+        before it carry only what they complete themselves ("" for a bare piece)."""
+        context = [int(i) for i in context]
+        n = min(PIECE_CONTEXT, len(context))
+        while n < min(len(context), 3 * PIECE_CONTEXT) and self.tokenizer.decode(context[-n:]).startswith(REPLACEMENT):
+            n += 1  # start the context at a character's first byte, not inside one
+        ctx = context[len(context) - n:]
+        seen = self.tokenizer.decode(ctx).rstrip(REPLACEMENT)
+        texts = []
+        for n in range(1, len(ids) + 1):
+            full = self.tokenizer.decode(ctx + [int(i) for i in ids[:n]]).rstrip(REPLACEMENT)
+            if not full.startswith(seen):  # a tokenizer whose decoding is not prefix-stable here: the token alone
+                texts.append(self.tokenizer.decode([int(ids[n - 1])]))
+                continue
+            texts.append(full[len(seen):])
+            seen = full
+        return texts
 
 
 def _eos_ids(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
@@ -62,19 +86,22 @@ def shard_target(target: Target, mesh: Mesh | str | None) -> Target:
     return replace(target, params=place_params(target.params, mesh, cfg.num_heads, cfg.num_kv_heads), mesh=mesh)
 
 
-def load_target(path: str | Path | None = None, dtype: str = "float32", tokenizer: str | Path | None = None,
+def load_target(path: str | Path | None = None, dtype: str = "float32",
+                tokenizer: str | Path | PreTrainedTokenizerBase | None = None,
                 mesh: Mesh | str | None = None) -> Target:
     """Load a target: a HF directory, a .gguf file, or (None) the embedded SmolLM2-135M-Instruct.
 
     `tokenizer`: a directory to load the tokenizer from instead of the checkpoint (e.g. one saved with
-    `save_pretrained`, to skip the GGUF conversion or run where that conversion is unavailable).
+    `save_pretrained`, to skip the GGUF conversion or run where that conversion is unavailable), or a tokenizer
+    object to use as it is.
     `mesh`: shard the weights over a device mesh (see engine.sharding).
     """
     mesh = resolve_mesh(mesh)  # a bad mesh fails before the weights load
     # with a mesh, weights load into host memory and each device then receives only its shard
     with jax.default_device(jax.local_devices(backend="cpu")[0]) if mesh is not None else contextlib.nullcontext():
         cfg, params, resolved = load_weights(path, dtype)
-    tokenizer = load_tokenizer(Path(tokenizer) if tokenizer else resolved)
+    if tokenizer is None or isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(Path(tokenizer) if tokenizer else resolved)
     if len(tokenizer) > cfg.vocab_size:
         raise CheckpointError(f"tokenizer has {len(tokenizer)} tokens but the model only {cfg.vocab_size}")
     name = resolved.stem if resolved.suffix == ".gguf" else resolved.name

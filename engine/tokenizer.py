@@ -60,11 +60,64 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
         raise CheckpointError(f"cannot load a tokenizer from {path}: {e}") from None
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, raw: bool = False) -> np.ndarray:
-    """Token ids for a prompt: chat-formatted with a generation prompt unless `raw` or no template exists."""
+# Chat-template switches that change what a target reads (and so what a drafter trained on one setting accepts),
+# with the values they take: Qwen3's thinking mode, gpt-oss Harmony's reasoning effort.
+TEMPLATE_SWITCHES: dict[str, tuple] = {"enable_thinking": (False, True), "reasoning_effort": ("low", "medium", "high")}
+
+
+def template_switches(tokenizer: PreTrainedTokenizerBase) -> dict[str, tuple]:
+    """The switches (of TEMPLATE_SWITCHES) this tokenizer's chat template reads, with their values."""
+    text = tokenizer.chat_template if isinstance(getattr(tokenizer, "chat_template", None), str) else ""
+    return {name: values for name, values in TEMPLATE_SWITCHES.items() if name in text}
+
+
+def default_template(tokenizer: PreTrainedTokenizerBase) -> dict:
+    """Switches runs default to: thinking off where the template has it (the published Qwen3 DFlash and EAGLE-3
+    drafters were trained non-thinking), else none."""
+    return {"enable_thinking": False} if "enable_thinking" in template_switches(tokenizer) else {}
+
+
+def parse_template(text: str | None) -> dict:
+    """'enable_thinking=false, reasoning_effort=low' -> {"enable_thinking": False, "reasoning_effort": "low"}."""
+    out = {}
+    for part in (text or "").replace(";", ",").split(","):
+        if not part.strip():
+            continue
+        name, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not name or not value:
+            raise ValueError(f"chat-template switches are name=value pairs separated by commas, got {part!r}")
+        out[name] = {"true": True, "false": False}.get(value.lower(), value)
+    return out
+
+
+def _value_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def template_label(template: dict | None) -> str:
+    """A canonical text of switches ('' for none), stored with every run and compared like any setting."""
+    return ",".join(f"{k}={_value_text(v)}" for k, v in sorted((template or {}).items()))
+
+
+def check_template(tokenizer: PreTrainedTokenizerBase, template: dict | None) -> str | None:
+    """Why these switches cannot apply to this tokenizer's template, or None when they can."""
+    known = template_switches(tokenizer)
+    for name, value in (template or {}).items():
+        if name not in known:
+            has = ", ".join(known) or "none"
+            return f"the chat template does not read the switch {name!r} (it reads: {has})"
+        if value not in known[name]:
+            return f"chat-template switch {name} takes {', '.join(map(_value_text, known[name]))}, got {value!r}"
+    return None
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, raw: bool = False,
+                  template: dict | None = None) -> np.ndarray:
+    """Token ids for a prompt: chat-formatted with a generation prompt (and the template's switches) unless `raw` or
+    no template exists."""
     if not raw and tokenizer.chat_template:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
-                                            add_generation_prompt=True, return_dict=False)
+                                            add_generation_prompt=True, return_dict=False, **(template or {}))
     else:
         ids = tokenizer(prompt)["input_ids"]
     return np.asarray(ids, dtype=np.int32)

@@ -56,6 +56,7 @@ from engine import (
 )
 from engine import load_target as _load_target
 from engine.jit_stats import compile_seconds
+from engine.tokenizer import default_template, parse_template
 from storage import DEFAULT_PATH, HistoryError, open_history
 
 from . import model_card
@@ -271,6 +272,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--template", default=None, metavar="NAME=VALUE,...",
+                    help="chat-template switches, e.g. enable_thinking=false (default: thinking off where the "
+                         "template has it)")
     ap.add_argument("--db", default=DEFAULT_PATH)
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -303,7 +307,8 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
             raise SuiteError("--suite names no suite")
         history = open_history(a.db)
         target = target or _load_target(a.target, a.dtype, mesh=a.mesh)
-        kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
+        template = default_template(target.tokenizer) if a.template is None else parse_template(a.template)
+        kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed, template=template)
         contenders, problems = load_contenders(target, _csv(a.drafters), ks, tuple(batches), **kw)
         if a.peers:
             from .peers import peer_contenders

@@ -80,9 +80,10 @@ class HFContender:
     """transformers' generate on our prompt ids; `peer_of` names our drafter it is compared with."""
 
     def __init__(self, model, target: Target, name: str, k: int, peer_of: str, max_new_tokens: int,
-                 temperature: float = 0.0, seed: int = 0, threads: int | None = None, **generate_kw) -> None:
+                 temperature: float = 0.0, seed: int = 0, threads: int | None = None, template: dict | None = None,
+                 **generate_kw) -> None:
         self.model, self.target, self.name, self.k, self.peer_of = model, target, name, k, peer_of
-        self.seed, self.threads = seed, threads
+        self.seed, self.threads, self.template = seed, threads, template
         sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0} if temperature > 0 else {}
         self.kw = {"max_new_tokens": max_new_tokens, "eos_token_id": list(target.eos_ids),
                    "pad_token_id": target.eos_ids[0], **({"do_sample": False} | sampling), **generate_kw}
@@ -92,7 +93,7 @@ class HFContender:
 
     def run(self, row: dict) -> Outcome:
         torch = import_torch()
-        ids = torch.from_numpy(self.target.encode(row["prompt"]).astype(np.int64))[None]
+        ids = torch.from_numpy(self.target.encode(row["prompt"], template=self.template).astype(np.int64))[None]
         streamer = TimingStreamer()
         torch.manual_seed(self.seed)
         if self.threads:
@@ -108,10 +109,12 @@ class HFContender:
 
 
 def peer_contenders(target: Target, ks: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-                    dtype: str = "float32", model=None, threads: int | None = None) -> list[HFContender]:
-    """hf-generate (K 0) and hf-prompt-lookup at each K, sharing one transformers model (`threads`: torch threads)."""
+                    dtype: str = "float32", model=None, threads: int | None = None,
+                    template: dict | None = None) -> list[HFContender]:
+    """hf-generate (K 0) and hf-prompt-lookup at each K, sharing one transformers model (`threads`: torch threads;
+    `template`: chat-template switches, as our runs get them)."""
     model = model if model is not None else load_hf_model(target, dtype)
-    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, threads=threads)
+    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, threads=threads, template=template)
     peers = [HFContender(model, target, "hf-generate", 0, "ar", **kw)]
     peers += [HFContender(model, target, "hf-prompt-lookup", k, "ngram", prompt_lookup_num_tokens=k, **kw)
               for k in ks]

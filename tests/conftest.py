@@ -6,6 +6,7 @@ dependency the tests need missing fails at once instead of skipping what needs i
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -64,17 +65,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_server(tmp_path_factory):
-    """(url, db path) of `python app.py` serving a fresh history; stopped after the module."""
-    tmp = tmp_path_factory.mktemp("app")
+@contextlib.contextmanager
+def serve_app(tmp: Path, *args: str):
+    """(url, db path) of `python app.py` on a fresh history in `tmp` (extra CLI args), stopped on exit."""
     db, log = tmp / "history.duckdb", tmp / "app.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--db", str(db)], cwd=REPO,
-                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 180
+        proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--port", str(port), "--db", str(db), *args],
+                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 600  # a deadline, not a wait: a loaded machine starts it slowly
     try:
         while True:
             if proc.poll() is not None:
@@ -84,7 +85,7 @@ def app_server(tmp_path_factory):
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"app.py did not serve {url} in 180 s:\n{log.read_text()}")
+                    pytest.fail(f"app.py did not serve {url} in 600 s:\n{log.read_text()}")
                 time.sleep(0.5)
         yield url, db
     finally:
@@ -93,3 +94,10 @@ def app_server(tmp_path_factory):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory):
+    """(url, db path) of `python app.py` on the embedded model, serving a fresh history; stopped after the module."""
+    with serve_app(tmp_path_factory.mktemp("app")) as server:
+        yield server

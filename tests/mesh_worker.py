@@ -33,7 +33,8 @@ def logits_of(target, ids: np.ndarray) -> np.ndarray:
 
 def run(target, name: str, prompt: str) -> dict:
     drafter = load_drafter(name, target, k=DRAFTERS[name])
-    generate(target, prompt, drafter, max_new_tokens=MAX_NEW)  # warm-up: compiles
+    warm_up = PROMPTS[1] if prompt != PROMPTS[1] else PROMPTS[0]
+    generate(target, warm_up, drafter, max_new_tokens=MAX_NEW)  # warm-up on another prompt: compiles
     res = generate(target, prompt, drafter, max_new_tokens=MAX_NEW)
     return {"tokens": res.token_ids, "p": [x for s in res.steps for x in s.p], "q": [x for s in res.steps for x in s.q],
             "compiles": res.stats["compiles"]}

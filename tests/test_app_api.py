@@ -31,7 +31,7 @@ def history(app_server):
 
 def test_generate_streams_escapes_and_stores(client, history):
     job = client.submit(PROMPT, "ngram", 4, 0.0, 16, True, api_name="/generate")
-    view, stats, status, run_id, text = job.result(timeout=120)
+    view, stats, status, run_id, text, numbers = job.result(timeout=120)
     assert len(job.outputs()) > 2  # the ar baseline and the run stream step by step
     assert "stored as run" in status and run_id
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp;" in view and "<script>" not in view
@@ -43,6 +43,20 @@ def test_generate_streams_escapes_and_stores(client, history):
     assert 'class="ds-plain-text"' in text and escape(run["text"]) in text  # the plain output, escaped
     assert any("prefilling" in out[2] and "prompt tokens" in out[2] for out in job.outputs())
     assert [r["drafter"] for r in history.list_runs()[:2]] == ["ngram", "ar"]
+    # the run's numbers as JSON beside the HTML, equal to what was stored
+    stored = history.list_runs(limit=1)[0]
+    assert numbers["run_id"] == run_id and numbers["status"] == "done" and (numbers["drafter"], numbers["k"]) == (
+        "ngram", 4)
+    assert numbers["n_generated"] == len(run["token_ids"]) and numbers["tau"] == pytest.approx(stored["tau"])
+    reference = history.get_run(history.list_runs()[1]["run_id"])
+    assert numbers["speedup"] == pytest.approx(numbers["tok_per_s"] / reference["stats"]["tok_per_s"])
+
+
+def test_the_api_names_its_outputs(client):
+    """API clients read named outputs, not value_31: every Generate output has its label."""
+    returns = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]["returns"]
+    assert [r["label"] for r in returns] == ["block view", "stats", "status", "stored run id", "output text",
+                                             "run numbers"]
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -53,9 +67,12 @@ def test_generate_streams_escapes_and_stores(client, history):
     (("hi", "ngram", 4, 0.0, 0, False), "max new tokens must be"),
     (("hi", "nope", 4, 0.0, 16, False), "drafter 'nope' is not loaded"),
     (("word " * 9000, "ngram", 4, 0.0, 16, False), "context"),
+    (("hi", "ngram", 4, 0.0, 16, False, False, "enable_thinking=false"), "does not read the switch"),
+    (("hi", "ngram", 4, 0.0, 16, False, False, "enable_thinking"), "name=value pairs"),
 ])
 def test_bad_input_is_a_message(client, args, expected):
-    view, stats, status, run_id, text = client.predict(*args, api_name="/generate")
+    view, stats, status, run_id, text, numbers = client.predict(*args, api_name="/generate")
+    assert "error" in numbers and expected in numbers["error"]
     assert "error" in status and expected in status.replace("&#x27;", "'") and run_id == ""
 
 
@@ -83,6 +100,10 @@ def test_compare_stores_one_group(client, history):
     assert runs[0]["comparison_group"] and runs[0]["comparison_group"] == runs[1]["comparison_group"]
     html = client.predict([r["run_id"] for r in runs], api_name="/compare_runs")
     assert html.count('class="ds-view"') == 2 and "lossless vs ar: True" in html
+    ngram, ar = sorted(runs, key=lambda r: r["drafter"] == "ar")  # replay shows each run's speedup over ar
+    assert "this is the ar baseline" in html and f"{ngram['tok_per_s'] / ar['tok_per_s']:.2f}×" in html
+    replay = client.predict(ngram["run_id"], api_name="/open_run")
+    assert f"{ngram['tok_per_s'] / ar['tok_per_s']:.2f}×" in replay and "stored ar run" in replay
     assert "pick 2 to 4 runs" in client.predict([runs[0]["run_id"]], api_name="/compare_runs")
     assert "pick 2 to 4" in client.predict("hi", ["ngram"], 3, 0.0, 8, api_name="/compare")[0]
 
@@ -142,7 +163,7 @@ def test_raw_prompts_skip_the_chat_template_and_the_view_shows_what_the_target_r
     view = client.predict(prompt, "ngram", 4, 0.0, 8, False, False, api_name="/generate")[0]
     assert "as the target reads it" in view and "&lt;|im_start|&gt;" in view  # the template, folded, escaped
     templated = history.list_runs(limit=1)[0]["run_id"]
-    view, _, status, run_id, _ = client.predict(prompt, "ngram", 4, 0.0, 8, False, True, api_name="/generate")
+    view, _, status, run_id, _, _ = client.predict(prompt, "ngram", 4, 0.0, 8, False, True, api_name="/generate")
     assert "stored as run" in status and "as the target reads it" not in view  # raw: it reads the prompt itself
     raw_run, templated_run = history.get_run(run_id), history.get_run(templated)
     assert raw_run["settings"]["raw"] is True and templated_run["settings"]["raw"] is False
@@ -173,10 +194,12 @@ def test_compare_starts_from_the_generate_defaults_and_brings_its_ar(client, his
 
 def test_kflat_sweep_is_stored_and_plotted(client, history):
     assert api_defaults(client)["/kflat_sweep"]["drafter"] != "(none: verify only)"  # draft time by default
-    status, sweeps, _, latency, speed = client.predict("1,2", 32, 1, "ngram", [], "ngram", api_name="/kflat_sweep")
+    status, sweeps, _, latency, speed = client.predict("1,2", 32, 1, "ngram", [], "ngram", 128,
+                                                      api_name="/kflat_sweep")
     assert "stored" in status and "draft" in status
     rows = history.list_kflat()
     assert [r["k"] for r in rows] == [1, 2] and rows[0]["hardware"].startswith("cpu")
+    assert [r["extra"]["cache_rows"] for r in rows] == [128, 128]  # timed in the cache size asked for
     assert rows[0]["context"] == 32 and rows[0]["draft_ms"] is not None and rows[0]["drafter"] == "ngram"
     plot = json.loads(latency["plot"])
     assert plot["layout"]["xaxis"]["type"] == "log" and plot["data"][0]["x"] == [1, 2]
@@ -186,8 +209,15 @@ def test_kflat_sweep_is_stored_and_plotted(client, history):
     assert "with ngram's draft time" in curve["name"]
     expected = [(1 + sum(survival[:r["k"]])) / ((r["verify_ms"] + r["draft_ms"]) / rows[0]["verify_ms"]) for r in rows]
     assert curve["y"] == pytest.approx(expected)
+    # the drafter's measured speedups (its runs over their ar pairs, on this device) are drawn beside the prediction
+    measured = queries.measured_speedups(history, history.list_runs(limit=1)[0]["target"], "ngram", "cpu")
+    drawn = [t for t in json.loads(speed["plot"])["data"] if t.get("name", "").startswith("measured")]
+    assert measured and [m["k"] for m in measured] == drawn[0]["x"]
     bad = client.predict("1,x", 32, 1, "ngram", [], None, api_name="/kflat_sweep")
     assert "error" in bad[0]
+    small = client.predict("1,2", 200, 1, "ngram", [], None, 128, api_name="/kflat_sweep")[0]
+    assert "cache rows (context 200 + K=2 + 1 need) must be a whole number in 203.." in small
+    assert len(history.list_kflat()) == len(rows)
 
 
 def test_kflat_refuses_a_k_the_timed_drafter_cannot_draft_before_anything_runs(client, history):
@@ -227,7 +257,7 @@ def test_api_parameters_are_named_as_the_ui_names_them(client):
     api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     names = {endpoint: [p["parameter_name"] for p in info["parameters"]] for endpoint, info in api.items()}
     assert names["/generate"] == ["prompt", "drafter", "k", "temperature", "max_new_tokens", "run_ar_again",
-                                  "raw_prompt"]
+                                  "raw_prompt", "template_switches"]
     assert names["/compare"] == ["prompt", "drafters", "k", "temperature", "max_new_tokens"]
     assert names["/annotate"] == ["run_id", "rejected_token", "label", "note", "only_this_run"]
     assert names["/annotation_update"] == ["annotation_id", "label", "note", "run_id", "only_this_run"]

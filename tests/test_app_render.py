@@ -138,6 +138,9 @@ def test_stats_and_run_html():
     html = run_html(dict(run, text="Hello world <b>&\nBye"))
     (plain,) = re.findall(r'<div class="ds-plain-text">(.*?)</div>', html, re.S)
     assert plain == "Hello world &lt;b&gt;&amp;\nBye"  # the output as text beside the block view, escaped
+    assert "chat template" not in html  # no switches: nothing to tell apart
+    thinking = dict(run, settings=run["settings"] | {"template": "enable_thinking=false"})
+    assert "chat template enable_thinking=false" in run_html(thinking)  # runs with switches say which
 
 
 def test_long_prompts_fold_around_an_expandable_middle():

@@ -22,7 +22,6 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 PROMPT = "What is 12 plus 7? Explain step by step."
-BEST: dict[str, str] = {}  # the drafter the app preselects (the best that loads), read by later tests
 # Markup that would run script if any text reached the page unescaped (including template syntax).
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script> ${window.__xss=3} {{x}} & say hi'
 
@@ -89,17 +88,23 @@ def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def test_generate_shows_accepted_rejected_and_bonus(page, shots, target):
+@pytest.fixture(scope="module")
+def generated(page, target) -> dict[str, str]:
+    """One run of PROMPT with the drafter the app preselects; the preselected drafter and the shown text."""
+    open_tab(page, "Generate")
     page.fill("#gen-prompt textarea", PROMPT)
     page.fill("#gen-max input", "48")
-    BEST["drafter"] = page.input_value("#gen-drafter input")
-    assert BEST["drafter"] in ("dflash", "eagle3", "ngram")  # the best drafter that loads, preselected
+    drafter = page.input_value("#gen-drafter input")
     k = int(page.input_value("#gen-k input"))
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
+    expected = generate(target, PROMPT, load_drafter(drafter, target, k=k), max_new_tokens=48).text
+    return {"drafter": drafter, "text": page.locator("#gen-text .ds-plain-text").text_content(), "expected": expected}
+
+
+def test_generate_shows_accepted_rejected_and_bonus(page, shots, generated):
+    assert generated["drafter"] in ("dflash", "eagle3", "ngram")  # the best drafter that loads, preselected
     # the plain output reads exactly as the engine's text for the same prompt and settings
-    expected = generate(target, PROMPT, load_drafter(BEST["drafter"], target, k=k), max_new_tokens=48).text
-    BEST["text"] = page.locator("#gen-text .ds-plain-text").text_content()
-    assert BEST["text"] == expected and expected.strip()
+    assert generated["text"] == generated["expected"] and generated["expected"].strip()
     view = page.locator("#gen-view .ds-blocks")
     assert view.locator(".tok.acc").count() > 0 and view.locator(".tok.rej").count() > 0
     assert view.locator(".tok.bonus").count() > 0 and view.locator(".ds-step").count() > 1
@@ -126,6 +131,18 @@ def test_temperature_typed_below_zero_is_refused_and_runs_nothing(page, app_serv
     page.fill("#gen-temperature input", "0")
 
 
+def test_a_long_prompt_shows_its_prefill_progress(page):
+    """A prompt of ~1,500 tokens prefills in 64-token chunks: the status counts them with an ETA, then the run ends."""
+    open_tab(page, "Generate")
+    page.fill("#gen-prompt textarea", "Summarise these notes. " + " ".join(
+        f"Note {i}: the launch moved to week {i % 7}." for i in range(120)))
+    page.fill("#gen-max input", "4")
+    page.click("#gen-run")
+    page.wait_for_function("() => /prefilling [0-9,]+ prompt tokens: chunk [0-9]+\\/2[0-9], about [0-9]+ s left/"
+                           ".test(document.querySelector('#gen-status')?.innerText || '')")
+    wait_text(page, "#gen-status", "stored as run")
+
+
 def test_markup_in_prompt_stays_text(page, shots):
     page.fill("#gen-prompt textarea", HOSTILE)
     page.fill("#gen-max input", "8")
@@ -136,7 +153,7 @@ def test_markup_in_prompt_stays_text(page, shots):
     shot(page, shots / "2-generate-markup.png")
 
 
-def test_compare(page, shots):
+def test_compare(page, shots, generated):
     open_tab(page, "Generate")
     page.fill("#gen-prompt textarea", PROMPT)
     k = page.input_value("#gen-k input")  # the preselected drafter's default K
@@ -144,22 +161,22 @@ def test_compare(page, shots):
     page.wait_for_function("p => document.querySelector('#cmp-prompt textarea')?.value === p", arg=PROMPT)
     assert page.input_value("#cmp-max input") == str(DEFAULT_MAX_NEW)
     assert page.input_value("#cmp-k textarea, #cmp-k input") == ""  # empty: each drafter's default K
-    assert page.get_by_label(BEST["drafter"], exact=True).is_checked()
+    assert page.get_by_label(generated["drafter"], exact=True).is_checked()
     page.fill("#cmp-max input", "48")
     click_and_wait(page, "#cmp-run", "#cmp-status", "2 runs")
-    assert "ar" in page.inner_text("#cmp-head-0") and f"{BEST['drafter']} K={k}" in page.inner_text("#cmp-head-1")
+    assert "ar" in page.inner_text("#cmp-head-0") and f"{generated['drafter']} K={k}" in page.inner_text("#cmp-head-1")
     assert page.locator("#cmp-view-1 .ds-blocks .tok.rej").count() > 0
     ar_text, drafter_text = (page.locator(f"#cmp-text-{i} .ds-plain-text").text_content() for i in (0, 1))
     assert ar_text.strip() and drafter_text == ar_text  # greedy: the drafter's output reads as ar's
     shot(page, shots / "3-compare.png")
 
 
-def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots):
+def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots, generated):
     open_tab(page, "K-Flat")
     page.wait_for_function("() => document.querySelector('#kf-drafter input')?.value === "
                            "document.querySelector('#kf-acc input')?.value")  # times the acceptance drafter
     drafter = page.input_value("#kf-drafter input")
-    assert drafter == BEST["drafter"]
+    assert drafter == generated["drafter"]
     page.fill("#kf-ks textarea, #kf-ks input", "1,2,4")
     page.click("#kf-run")
     page.wait_for_function("() => document.body.innerText.includes('K=2: compiling, then timing')")  # per K
@@ -167,7 +184,6 @@ def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots):
     page.wait_for_selector("#kf-plot .js-plotly-plot .scatterlayer .trace")
     page.wait_for_selector("#kf-speedup .js-plotly-plot .scatterlayer .trace")
     shot(page, shots / "4-kflat.png")  # waits until every event (the plots' redraw too) has finished
-    page.wait_for_timeout(1500)
     status = page.inner_text("#kf-status")
     assert "stored" in status and "draft" in status  # the sweep's result is still there after the redraw
     assert f"with {drafter}'s draft time" in page.inner_text("#kf-speedup")  # the legend of the prediction
@@ -211,19 +227,21 @@ def test_acceptance_plots(page, shots):
     shot(page, shots / "5-acceptance.png")
 
 
-def test_history_replays_the_run(page, shots):
+def test_history_replays_the_run(page, shots, generated):
     open_tab(page, "History")
     page.fill("#hist-text textarea, #hist-text input", "12 plus 7")
     page.click("#hist-search")
-    row = page.locator("#hist-table [role=row]").filter(has_text=BEST["drafter"]).first
+    row = page.locator("#hist-table [role=row]").filter(has_text=generated["drafter"]).first
     row.locator("[role=gridcell]").nth(1).click()
     page.wait_for_selector("#hist-view .ds-blocks .tok.rej")
     assert "12 plus 7" in page.inner_text("#hist-view .ds-prompt")
-    assert page.locator("#hist-view .ds-plain-text").text_content() == BEST["text"]
+    assert page.locator("#hist-view .ds-plain-text").text_content() == generated["text"]
     headers = [h.strip() for h in page.locator("#hist-table thead th").all_inner_texts()]
     assert {"T", "annotations", "run_id"} <= set(headers) and "notes" not in headers
     run_id = row.locator("[role=gridcell]").nth(headers.index("run_id"))
     assert len(run_id.inner_text().strip()) == 36 and run_id.evaluate(TEXT_IN_VIEW, "#hist-table")  # no scrolling
+    prompt = row.locator("[role=gridcell]").nth(headers.index("prompt"))
+    assert "12 plus 7" in prompt.inner_text() and prompt.evaluate(TEXT_IN_VIEW, "#hist-table")
     shot(page, shots / "6-history.png")
 
 
@@ -235,7 +253,7 @@ def wait_picked(page, step: str, pos: str) -> None:
                            "return t.length === 1 && t[0].dataset.pick === p; }", arg=f"{step}:{pos}")
 
 
-def test_annotate_and_export(page, shots, app_server):
+def test_annotate_and_export(page, shots, app_server, generated):
     open_tab(page, "Annotate")
     page.wait_for_selector("#ann-view .tok.rej.pick")
     tokens = page.locator("#ann-view .tok.rej.pick")
@@ -273,7 +291,7 @@ def test_annotate_and_export(page, shots, app_server):
     by_name = {p.name: p for p in paths}
     (record,) = [json.loads(line) for line in by_name["rejections.jsonl"].read_text().splitlines()]
     assert (record["step_idx"], record["draft_pos"]) == (int(step), int(pos))
-    assert record["note"] == "drafter guessed the wrong number" and record["drafter"] == BEST["drafter"]
+    assert record["note"] == "drafter guessed the wrong number" and record["drafter"] == generated["drafter"]
     assert json.loads(by_name["conversations.jsonl"].read_text().splitlines()[0])["conversations"]
     assert duckdb.sql(f"SELECT note FROM '{by_name['annotations.parquet']}'").fetchall() == [(record["note"],)]
     page.wait_for_selector("#ann-files a, #ann-files .file-name, #ann-files td")
@@ -293,3 +311,23 @@ def test_right_to_left_tokens_keep_the_steps_in_order(page):
     xs = view.evaluate("[...document.querySelectorAll('.ds-idx')].map(e => e.getBoundingClientRect().x)")
     view.close()
     assert len(xs) == len(words) and xs == sorted(xs), xs
+
+
+def test_byte_pieces_render_as_whole_characters(page, target):
+    """Emoji split over byte-piece tokens, drafted in one block: the view shows each character once, whole, and no
+    replacement character; the bare pieces are thin markers that say what they are."""
+    from app.render import CSS, block_view
+
+    text = "🚀🌍✨ ok"
+    ids = target.tokenizer.encode(text, add_special_tokens=False)
+    anchor, drafted = ids[0], ids[1:]
+    step = {"index": 0, "position": 0, "drafted": drafted, "accepted": len(drafted), "bonus": anchor,
+            "p": [0.9] * len(drafted), "q": [0.9] * len(drafted), "emitted": drafted + [anchor],
+            "drafted_text": target.piece_texts(drafted, [anchor]), "bonus_text": target.piece_texts([anchor], ids)[0]}
+    view = page.context.browser.new_page()
+    view.set_content(f"<style>{CSS}</style>{block_view([step])}")
+    shown = view.inner_text(".ds-blocks")
+    titles = view.eval_on_selector_all(".tok", "ts => ts.filter(t => t.querySelector('.piece')).map(t => t.title)")
+    view.close()
+    assert "\ufffd" not in shown and text in shown.replace("·", "")  # the first emoji completes in the block
+    assert titles and all("byte piece" in t for t in titles)

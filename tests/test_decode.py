@@ -20,6 +20,7 @@ from engine import (
     load_drafter,
     load_target,
     stream,
+    warm_up,
 )
 from tests.prompts import LOSSLESS_PROMPTS, NON_ASCII_PROMPTS
 
@@ -68,6 +69,30 @@ def test_trace_records_are_consistent(target):
     assert st["acceptance_rate"] == pytest.approx(sum(s.accepted for s in steps) / sum(len(s.drafted) for s in steps))
     assert result.text == target.decode(result.token_ids)
     json.dumps(result.to_dict())  # plain data all the way down
+
+
+@pytest.mark.parametrize("text", ["🚀🌍✨ héllo", "日本の首都は", "한국어 문장"])
+def test_piece_texts_merge_byte_pieces_wherever_a_block_starts(target, text):
+    """Token texts in context never hold a half character: each block's texts join to exactly the text it adds,
+    whichever token the block starts at, and the character split over byte pieces shows once, whole."""
+    ids = target.tokenizer.encode(text, add_special_tokens=False)
+    assert any("\ufffd" in t for t in target.token_texts(ids))  # some tokens are byte pieces on their own
+    for split in range(1, len(ids)):
+        texts = target.piece_texts(ids[split:], ids[:split])
+        assert len(texts) == len(ids) - split and not any("\ufffd" in t for t in texts), (split, texts)
+        before = target.tokenizer.decode(ids[:split]).rstrip("\ufffd")
+        assert before + "".join(texts) == text, split
+
+
+def test_a_run_of_non_ascii_text_stores_whole_characters(target):
+    """The emitted tokens' texts, in order, read exactly as the decoded output after the prompt."""
+    for prompt in NON_ASCII_PROMPTS:
+        result = generate(target, prompt, load_drafter("ngram", target, k=4), max_new_tokens=24)
+        pieces = [t for s in result.steps for t in (s.drafted_text[:s.accepted] + [s.bonus_text])[:len(s.emitted)]]
+        before = target.tokenizer.decode(result.prompt_ids)
+        whole = target.tokenizer.decode(result.prompt_ids + result.token_ids).rstrip("\ufffd")  # cut mid-character
+        assert "".join(pieces) == whole[len(before):]
+        assert not any("\ufffd" in t for t in pieces), (prompt, pieces)
 
 
 BATCH_ROWS = {1: [7], 4: [0, 7, 15, 18], 16: list(range(16))}
@@ -135,6 +160,20 @@ def test_no_recompilation_after_warmup(target):
     result = generate(target, "Now a different prompt of another length, please answer.", drafter=drafter,
                       max_new_tokens=16)
     assert result.stats["compiles"] == 0 and compile_count() == before
+
+
+@pytest.mark.parametrize("name", ["ar", "ngram", "dflash", "eagle3"])
+def test_warm_up_compiles_a_long_prompt_without_prefilling_it(target, name):
+    """warm_up runs a one-chunk stand-in in the long prompt's cache size: the run after it compiles nothing, and its
+    prefill reports each of its chunks in order."""
+    drafter = load_drafter(name, target, k=None if name == "ar" else 4)
+    prompt = "Summarise: " + "the quick brown fox jumps over the lazy dog. " * 60  # ~600 tokens: 10 chunks
+    warm_up(target, [prompt], drafter, max_new_tokens=8)
+    progress = []
+    result = generate(target, prompt, drafter, max_new_tokens=8, on_prefill=lambda *a: progress.append(a))
+    total = -(-(len(result.prompt_ids) - 1) // 64)
+    assert total >= 9 and progress == [(i, total) for i in range(1, total + 1)]
+    assert result.stats["compiles"] == 0
 
 
 def test_no_recompilation_after_warmup_when_sampling_in_a_larger_cache_bucket(target):

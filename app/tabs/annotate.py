@@ -123,7 +123,8 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
                              elem_id="ann-unverified")
     view = gr.HTML(elem_id="ann-view", js_on_load=PICK_JS)
     with gr.Row():
-        token = gr.Dropdown(choices=[], label="rejected token", elem_id="ann-token", scale=3, allow_custom_value=True)
+        token = gr.Dropdown(choices=[], label="rejected token (step:pos)", elem_id="ann-token", scale=3,
+                            allow_custom_value=True)
         labels = wb.history.list_labels()
         label = gr.Dropdown(choices=labels, value=labels[0] if labels else None, label="label", elem_id="ann-label")
         note = gr.Textbox(label="note", elem_id="ann-note", scale=2)

@@ -13,6 +13,8 @@ from html import escape
 
 import gradio as gr
 
+from engine.tokenizer import default_template
+
 from ..render import LiveView, message_html, plain_html, stats_html
 from ..runner import (
     ar_rates,
@@ -69,27 +71,29 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
         for label in labels:  # a K some drafter refuses stops here, before anything runs
             wb.drafter(label, k)
         stop = wb.stop_event(session_of(request))
-        group = uuid.uuid4().hex
-        reference = None if "ar" in labels else stored_reference(wb, prompt, temperature, max_new)
+        group, template = uuid.uuid4().hex, default_template(wb.target.tokenizer)
+        reference = None if "ar" in labels else stored_reference(wb, prompt, temperature, max_new, template=template)
         if reference is None and "ar" not in labels:
-            reference = yield from relay(run_reference(wb, prompt, temperature, max_new, stop, group), ar_progress)
+            reference = yield from relay(run_reference(wb, prompt, temperature, max_new, stop, group,
+                                                       template=template), ar_progress)
             if reference is None:
                 return
         shown = [gr.update(visible=i < len(labels)) for i in range(SLOTS)]
         for slot, label in enumerate(labels):
             live_view = LiveView(legend=slot == 0)
             for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference,
-                                   comparison_group=group):
+                                   template=template, comparison_group=group):
                 heads[slot] = f"<h4>{escape(live.title)}</h4>" + stats_html(live.stats, *speedup(live, reference),
                                                                             steps=live.steps)
-                views[slot] = live_view.html(live.steps, done=live.status != "running")
+                views[slot] = live_view.html(live.steps, done=live.finished)
                 texts[slot] = plain_html(output_text(wb, live.steps))
                 yield out(status_of(live))
             if live.status != "done":
                 return
             if label == "ar":
                 reference = reference_of(live, group, "ar in this comparison",
-                                         ar_rates(wb, prompt, engine_settings(temperature, max_new)))
+                                         ar_rates(wb, prompt, engine_settings(temperature, max_new,
+                                                                              template=template)))
         yield out(message_html(f"comparison {group} stored: {len(labels)} runs"))
     except USER_ERRORS as e:
         gr.Warning(str(e))

@@ -8,12 +8,15 @@ import gradio as gr
 
 from .. import queries
 from ..render import message_html, run_html
+from ..runner import stored_speedup
 from ..state import Workbench
 from .common import USER_ERRORS
 
 # run_id before the prompt preview, so that it stays in view on a laptop screen
 COLUMNS = ["created (UTC)", "drafter", "K", "T", "suite", "status", "tau", "acceptance", "tok/s", "tokens",
            "annotations", "run_id", "prompt"]
+# the short columns just wide enough for their headers, run_id and the prompt wrapping in the rest: all in view
+COLUMN_WIDTHS = ["8%", "7%", "3%", "3%", "6%", "6%", "5%", "8%", "5%", "6%", "9%", "17%", "17%"]
 
 
 def table(wb: Workbench, drafter: str | None, suite: str | None, text: str | None) -> list[list]:
@@ -27,7 +30,7 @@ def table(wb: Workbench, drafter: str | None, suite: str | None, text: str | Non
     def num(value, digits):
         return None if value is None else round(value, digits)
 
-    return [[f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["drafter"], r["k"], r["temperature"], r["suite"] or "",
+    return [[f"{r['created_at']:%m-%d %H:%M:%S}", r["drafter"], r["k"], r["temperature"], r["suite"] or "",
              r["status"], num(r["tau"], 2), num(r["acceptance_rate"], 3), num(r["tok_per_s"], 1), r["n_generated"],
              r["n_annotations"], r["run_id"], r["prompt_preview"]] for r in rows]
 
@@ -37,7 +40,8 @@ def open_run(wb: Workbench, run_id: str | None) -> str:
     if not run_id:
         return message_html("pick a run in the table or the list above")
     try:
-        return run_html(wb.history.get_run(run_id))
+        run = wb.history.get_run(run_id)
+        return run_html(run, speedup=stored_speedup(wb, run))
     except USER_ERRORS as e:
         return message_html(str(e), "error")
 
@@ -54,7 +58,8 @@ def compare_runs(wb: Workbench, run_ids: list[str] | None) -> str:
             cells.append(message_html(str(e), "error"))
             continue
         s = run["settings"]
-        cells.append(f"<div><h4>{escape(str(s.get('drafter')))} · K={s.get('k')}</h4>{run_html(run)}</div>")
+        cells.append(f"<div><h4>{escape(str(s.get('drafter')))} · K={s.get('k')}</h4>"
+                     f"{run_html(run, speedup=stored_speedup(wb, run))}</div>")
     return f'<div class="ds-grid">{"".join(cells)}</div>'
 
 
@@ -66,7 +71,7 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         text = gr.Textbox(label="text in prompt or output", elem_id="hist-text")
         search = gr.Button("Search", elem_id="hist-search")
     runs = gr.Dataframe(headers=COLUMNS, interactive=False, label="runs (newest first; click a row to open it)",
-                        elem_id="hist-table", max_height=360)
+                        elem_id="hist-table", max_height=360, wrap=True, column_widths=COLUMN_WIDTHS)
     with gr.Row():
         run = gr.Dropdown(choices=[], label="open run", elem_id="hist-run", scale=2, allow_custom_value=True)
         picked = gr.Dropdown(choices=[], multiselect=True, max_choices=4, label="runs to compare", scale=2,

@@ -14,6 +14,7 @@ from .common import DEVICE, USER_ERRORS, as_int, best_drafter
 
 NO_DRAFTER = "(none: verify only)"
 MAX_KS = 16
+DEFAULT_CONTEXT, DEFAULT_CACHE_ROWS = 128, 256  # where a default Generate run verifies (prompt + 128 new tokens)
 
 
 def parse_ks(text: str) -> list[int]:
@@ -42,7 +43,34 @@ def figures(wb: Workbench, selected: list[str] | None, acc_drafter: str | None):
     if curve and untimed:
         notes.append(f"{', '.join(untimed)} did not time {acc_drafter}'s draft step: that prediction leaves drafting "
                      f"out (run a sweep timing {acc_drafter})")
-    return plots.kflat_figure(chosen), plots.speedup_figure(chosen, curve, source, acc_drafter), "; ".join(notes)
+    measured = (queries.measured_speedups(wb.history, wb.target.name, acc_drafter, jax.devices()[0].device_kind,
+                                          wb.template) if curve else [])
+    notes += error_notes(wb, chosen, curve, measured, acc_drafter)
+    speed = plots.speedup_figure(chosen, curve, source, acc_drafter, measured)
+    return plots.kflat_figure(chosen), speed, "; ".join(notes)
+
+
+def error_notes(wb: Workbench, chosen: dict[str, list[dict]], curve: list[float], measured: list[dict],
+                drafter: str) -> list[str]:
+    """The prediction's error on this machine: each sweep timed here against the drafter's measured runs."""
+    notes = []
+    for label, rows in chosen.items():
+        if rows[0]["hardware"] != wb.hardware:
+            continue
+        errors = plots.prediction_errors(rows, curve, measured, plots.times_drafter(rows, drafter))
+        if errors:
+            notes.append(f"prediction error here ({label}): " + ", ".join(
+                f"K={e['k']} predicted {e['predicted']:.2f}× vs measured {e['measured']:.2f}× over {e['n_pairs']} "
+                f"run pair{'s' if e['n_pairs'] != 1 else ''} ({e['error']:+.0%})" for e in errors))
+    return notes
+
+
+def run_like(wb: Workbench, drafter: str | None) -> tuple[int, int, str]:
+    """(context, cache rows, where they come from) for a sweep timed as a drafter's stored runs ran."""
+    shape = queries.run_shape(wb.history, wb.target.name, drafter) if drafter else None
+    if shape is None:
+        return DEFAULT_CONTEXT, DEFAULT_CACHE_ROWS, "a short prompt and 128 new tokens, as a default Generate run"
+    return shape["context"], shape["cache_rows"], f"as {shape['n_runs']} stored {drafter} runs ran"
 
 
 def note_html(text: str) -> str:
@@ -83,13 +111,17 @@ def acceptance_choices(wb: Workbench) -> list[str]:
     return sorted((r["drafter"] for r in rows), key=lambda d: (d == "ngram", d))
 
 
-def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_drafter,
+def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_drafter, cache_rows=None,
               progress: gr.Progress | None = None):
     """Measure a sweep on this machine, store it, and show it with the selected ones."""
     try:
         ks = parse_ks(ks_text)
         context = as_int(context, "context", 1, wb.target.cfg.max_position - ks[-1] - 2)
         repeats = as_int(repeats, "repeats", 1, 50)
+        rows_needed = context + ks[-1] + 1
+        cache_rows = (None if cache_rows in (None, "") else
+                      as_int(cache_rows, f"cache rows (context {context} + K={ks[-1]} + 1 need)", rows_needed,
+                             wb.target.cfg.max_position + ks[-1] + 1))
         label = None if drafter in (None, "", NO_DRAFTER, "ar") else drafter
         if label and label not in wb.sources:
             raise AppError(f"drafter {label!r} is not loaded; choose one of {', '.join(wb.drafter_labels)}")
@@ -113,7 +145,8 @@ def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_d
                                                     sweep_id=stored["sweep_id"])
 
     try:
-        measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats, on_k, on_row)
+        measure_kflat(wb.target, ks, context, wb.sources[label] if label else None, repeats, on_k, on_row,
+                      cache_rows)
     except USER_ERRORS as e:
         gr.Warning(str(e))
         kept = f"; the {len(rows)} K timed before it are stored as sweep {stored['sweep_id']}" if rows else ""
@@ -139,10 +172,13 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
                 "verify-only estimate, labelled as such.")
     accept = acceptance_choices(wb)
     timed = timed_default(wb, accept[0] if accept else None)
+    ctx_value, rows_value, origin = run_like(wb, accept[0] if accept else None)
     with gr.Row():
         ks = gr.Textbox(value=default_ks(wb, timed), label="K values (the timed drafter's range: 1..its max K)",
                         elem_id="kf-ks")
-        context = gr.Number(value=256, precision=0, label="context length")
+        context = gr.Number(value=ctx_value, precision=0, label="context length", info=origin, elem_id="kf-context")
+        cache_rows = gr.Number(value=rows_value, precision=0, label="cache rows (verify cost grows with them)",
+                               info=origin, elem_id="kf-cache")
         repeats = gr.Number(value=5, precision=0, label="repeats per K", elem_id="kf-rep")
         drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed, label="also time this drafter's draft step",
                               allow_custom_value=True, elem_id="kf-drafter")
@@ -162,11 +198,12 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         latency = gr.Plot(first[0], elem_id="kf-plot")
         speed = gr.Plot(first[1], elem_id="kf-speedup")
 
-    def start(k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter,  # API names
+    def start(k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, cache_rows,  # API names
               progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
-        return run_sweep(wb, k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, progress)
+        return run_sweep(wb, k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, cache_rows,
+                         progress)
 
-    run.click(start, [ks, context, repeats, drafter, selected, acc_drafter],
+    run.click(start, [ks, context, repeats, drafter, selected, acc_drafter, cache_rows],
               [status, selected, acc_drafter, latency, speed], api_name="kflat_sweep", **DEVICE)
 
     def redraw(selected, acc_drafter):
@@ -175,8 +212,17 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
 
     gr.on([selected.change, acc_drafter.change], redraw, [selected, acc_drafter], [latency, speed, note],
           api_visibility="private")
-    acc_drafter.change(lambda chosen: timed_default(wb, chosen), acc_drafter, drafter, api_visibility="private")
-    drafter.change(lambda chosen: default_ks(wb, chosen), drafter, ks, api_visibility="private")
+    def follow_acceptance(chosen):
+        ctx, rows, where = run_like(wb, chosen)
+        return (timed_default(wb, chosen), gr.update(value=ctx, info=where), gr.update(value=rows, info=where))
+
+    def follow_timed(chosen, acceptance_drafter):
+        name = wb.drafter(chosen).name if chosen in wb.sources else None
+        source = name if name in acceptance_choices(wb) else acceptance_drafter
+        return default_ks(wb, chosen), source
+
+    acc_drafter.change(follow_acceptance, acc_drafter, [drafter, context, cache_rows], api_visibility="private")
+    drafter.change(follow_timed, [drafter, acc_drafter], [ks, acc_drafter], api_visibility="private")
 
     def refresh(selected, acc_drafter):
         sweeps, choices = sweep_choices(wb), acceptance_choices(wb)
