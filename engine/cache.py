@@ -1,4 +1,6 @@
-"""KV cache pytree: per layer, head-major [batch, kv_heads, seq, head_dim]; rollback is a length, never a copy."""
+"""Target cache pytree: per layer, K/V head-major [batch, kv_heads, seq, head_dim], whose rollback is a length, never
+a copy; a hybrid target's gated DeltaNet layers hold a (conv, recurrent) state instead (engine.qwen3_5's
+init_hybrid_cache), rolled back by keeping the state saved at the accepted position."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32,
     """Zeroed K and V buffers, one per layer (on the mesh when given: batch over data, KV heads over model).
 
     Positions >= a sequence's length hold garbage never read."""
+    if "linear_attention" in cfg.layer_types:
+        from .qwen3_5 import init_hybrid_cache  # imports this module
+
+        return init_hybrid_cache(cfg, batch, max_len, dtype)
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     split = mesh is not None and heads_divide(mesh, cfg.num_heads, cfg.num_kv_heads)
     return {"k": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)],

@@ -26,6 +26,7 @@ from .cache import init_cache
 from .drafters.ar import ArDrafter
 from .drafters.base import Drafter
 from .model import forward
+from .qwen3_5 import commit_states
 from .sharding import fetch, mesh_label
 from .target import PIECE_CONTEXT, Target
 from .tokenizer import check_template, template_label
@@ -46,9 +47,13 @@ class GenerationError(ValueError):
 def verify_block(params, cache, block, start, n_drafted, key, temperature, top_p, *, cfg, capture, greedy):
     """Target forward over blocks [B, K+1] at `start` [B], then acceptance per sequence.
 
+    A hybrid target's recurrent layers keep their state after every block position on device; each sequence then
+    commits the one after its accepted drafts (its KV rolls back by length, in the caller).
+
     Returns (n_acc [B], bonus [B], p [B, K], top5_ids [B, K+1, 5], top5_p [B, K+1, 5]), features, cache.
     """
-    logits, feats, cache = forward(params, cache, block, start, cfg=cfg, capture=capture)
+    recurrent = "rec" in cache
+    logits, feats, cache = forward(params, cache, block, start, cfg=cfg, capture=capture, per_position=recurrent)
     drafted = block[:, 1:]
     keys = jax.random.split(key, block.shape[0])
     if greedy:
@@ -60,6 +65,8 @@ def verify_block(params, cache, block, start, n_drafted, key, temperature, top_p
         n_acc, bonus = jax.vmap(accept_sampling)(probs, q, drafted, n_drafted, keys)
     p = jnp.take_along_axis(probs[:, :-1], drafted[..., None], axis=-1)[..., 0]
     top_p_vals, top_ids = jax.lax.top_k(probs, TOP)
+    if recurrent:
+        cache = commit_states(cache, n_acc)
     return (n_acc, bonus, p, top_ids, top_p_vals), feats, cache
 
 
@@ -76,7 +83,8 @@ def prefill(target: Target, cache: dict, bodies: list[np.ndarray], capture: tupl
         for row, (ids, n) in enumerate(zip(bodies, n_valid, strict=True)):
             padded[row, :n] = ids[lo:lo + n]
         _, feats, cache = forward(target.params, cache, padded, np.full(len(bodies), lo, np.int32),
-                                  cfg=target.cfg, capture=capture, with_logits=False)
+                                  cfg=target.cfg, capture=capture, with_logits=False,
+                                  n_valid=np.asarray(n_valid, np.int32))
         chunks.append((feats, n_valid))
         if on_chunk is not None:
             jax.block_until_ready(cache)

@@ -8,7 +8,9 @@ i.e. HF hidden_states[L + 1]; id -1 = the embeddings, i.e. the input of layer 0)
 layer's (id N-1 = hidden_states[N]) is taken after the final norm.
 
 Layer kinds come from the config (engine/config.py): the mixer is attention (full or sliding window, optional
-q/k/v/o biases and per-head sinks), the feed-forward a dense SwiGLU or a routed mixture of experts. A MoE layer
+q/k/v/o biases and per-head sinks), the feed-forward a dense SwiGLU or a routed mixture of experts. A hybrid
+target (engine/qwen3_5.py's HybridConfig) mixes gated DeltaNet layers, whose cache entry is a recurrent state,
+with output-gated attention layers; its FFN adds a gated shared expert to the routed ones. A MoE layer
 runs one of two equal paths, chosen statically from the token count: with few (token, expert) pairs it gathers
 only the routed experts' weights; otherwise it computes every expert densely and weights them by the routing.
 """
@@ -183,23 +185,36 @@ def layer_masks(cfg: ModelConfig, positions: jax.Array, max_len: int) -> dict[in
     return {0: causal} | {w: causal & (kv > positions[:, :, None] - w) for w in windows}
 
 
-@partial(jax.jit, static_argnames=("cfg", "capture", "with_logits"), donate_argnames=("cache",))
+@partial(jax.jit, static_argnames=("cfg", "capture", "with_logits", "per_position"), donate_argnames=("cache",))
 def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, cfg: ModelConfig,
-            capture: tuple[int, ...] = (), with_logits: bool = True):
-    """Run T new tokens per sequence through the decoder, updating the cache in place (donated)."""
+            capture: tuple[int, ...] = (), with_logits: bool = True, n_valid: jax.Array | None = None,
+            per_position: bool = False):
+    """Run T new tokens per sequence through the decoder, updating the cache in place (donated).
+
+    Recurrent (gated DeltaNet) layers only: n_valid [B] counts each row's real tokens (the state is the one after
+    them; None: all T), and per_position keeps their state after every position (leaves [B, T, ...]) for
+    engine.qwen3_5.commit_states to pick each sequence's accepted one."""
     b, t = tokens.shape
     positions = start[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
-    masks = layer_masks(cfg, positions, cache["k"][0].shape[2])
+    kv = [k for k in cache["k"] if k is not None]
+    masks = layer_masks(cfg, positions, kv[0].shape[2]) if kv else {0: None}
     x = embed(params, tokens)
     outputs = {-1: x} if -1 in capture else {}
-    ks, vs = [], []
+    new = {kind: [] for kind in cache}
+    if "rec" in cache:
+        from .qwen3_5 import hybrid_layer  # imports this module
     # layers unrolled over separate weight arrays: XLA:CPU runs this far faster than lax.scan over stacked
     # weights (f32 ~1.4x, bf16 ~10x on our machines)
     for i, lp in enumerate(params["layers"]):
-        x, k_i, v_i = decoder_layer(cfg, lp, x, positions, cache["k"][i], cache["v"][i], start,
-                                    masks[cfg.window(i)], cfg.is_moe(i))
-        ks.append(k_i)
-        vs.append(v_i)
+        if "rec" in cache:
+            x, entry = hybrid_layer(cfg, i, lp, x, positions, {kind: cache[kind][i] for kind in cache}, start,
+                                    masks[0], n_valid, per_position)
+        else:
+            x, k_i, v_i = decoder_layer(cfg, lp, x, positions, cache["k"][i], cache["v"][i], start,
+                                        masks[cfg.window(i)], cfg.is_moe(i))
+            entry = {"k": k_i, "v": v_i}
+        for kind in new:
+            new[kind].append(entry[kind])
         if i in capture:
             outputs[i] = x
     h = rms_norm(x, params["norm"], cfg.rms_eps)  # shared by the logits and feature id N-1
@@ -207,4 +222,4 @@ def forward(params: dict, cache: dict, tokens: jax.Array, start: jax.Array, *, c
         outputs[cfg.num_layers - 1] = h
     logits = lm_head(params, h) if with_logits else None
     feats = jnp.stack([outputs[i] for i in capture]) if capture else None
-    return logits, feats, {"k": ks, "v": vs}
+    return logits, feats, new

