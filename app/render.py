@@ -33,6 +33,7 @@ CSS = """
 .ds-step { border-left: 2px solid #9ca3af; padding-left: 2px; margin-left: 3px; unicode-bidi: isolate; }
 .ds-step:nth-child(even) .tok { outline: 1px dotted #d1d5db; }
 .ds-idx { font-size: 9px; color: #6b7280; vertical-align: super; font-family: system-ui, sans-serif; }
+.ds-rollback { font-size: 9px; color: #9a3412; vertical-align: super; font-family: system-ui, sans-serif; }
 .tok { border-radius: 3px; padding: 0 1px; cursor: help; unicode-bidi: isolate; }
 .tok.acc { background: #d1fae5; color: #065f46; }
 .tok.rej { background: #fee2e2; color: #991b1b; text-decoration: line-through; }
@@ -113,7 +114,8 @@ def unverified_agreement(steps: Iterable[dict]) -> list[int]:
 
 def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int, int]] = (),
               pick_unverified: bool = False) -> str:
-    """One verify step: accepted drafts, the rejection (struck through), unverified drafts, then the bonus token.
+    """One verify step: accepted drafts, the rejection (struck through), unverified drafts, the recurrent-state
+    rollback (hybrid targets: ↶ positions discarded), then the bonus token.
     clickable: the rejection can be picked (and the unverified drafts too with pick_unverified)."""
     idx, n_acc, drafted = step["index"], step["accepted"], step["drafted"]
     texts = step.get("drafted_text") or [str(t) for t in drafted]
@@ -143,6 +145,11 @@ def step_html(step: dict, clickable: bool = False, annotated: Iterable[tuple[int
             classes += " ann"
         rejected.append(_span(classes, text, title, attrs))
     parts += rejected
+    rollback = step.get("state_rollback") or 0
+    if rollback:
+        title = (f"step {idx} · recurrent state rolled back {rollback} position{'s' if rollback != 1 else ''}: "
+                 f"kept after the anchor and {n_acc} accepted, discarded past them")
+        parts.append(f'<span class="ds-rollback" title="{escape(title, quote=True)}">↶{rollback}</span>')
     if n_emitted > n_acc:
         bp = _bonus_p(step)
         title = (f"step {idx} · bonus: the target's token after {n_acc} accepted\n"

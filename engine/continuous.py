@@ -4,7 +4,8 @@ A slot that finishes (EOS or max_new_tokens) takes the next prompt at once: its 
 slot's cache rows (batch-1 chunks, `prefill_slot`) while the other slots keep their state, so no slot rides along
 idle while prompts remain. Decoding runs `steps_per_call` T=1 greedy steps for all slots per device call; the host
 looks at the new tokens between calls. Two programs in all (one prefill chunk, one decode call) for a given
-(slots, cache_len): nothing recompiles as prompts come and go.
+(slots, cache_len): nothing recompiles as prompts come and go. A hybrid target adds a third, `reset_slot`, which
+zeroes an admitted slot's recurrent state (K/V rows are simply overwritten by position).
 
 Each response is exactly what `generate(..., drafter=ar)` gives for that prompt (up to float rounding of T=1 vs
 T=2 steps), whichever slot it ran in: a slot attends only to its own rows at positions <= its own.
@@ -18,6 +19,7 @@ from functools import partial
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .cache import init_cache
@@ -28,12 +30,14 @@ from .target import Target
 
 
 @partial(jax.jit, static_argnames=("cfg", "capture"), donate_argnames=("cache",))
-def prefill_slot(params, cache, tokens, start, slot, *, cfg, capture: tuple[int, ...] = ()):
-    """Run one prompt chunk tokens [1, C] at start [1] through the target on slot `slot`'s cache rows only.
+def prefill_slot(params, cache, tokens, start, slot, n_valid, *, cfg, capture: tuple[int, ...] = ()):
+    """Run one prompt chunk tokens [1, C] (the first n_valid [1] real, the rest padding) at start [1] through the
+    target on slot `slot`'s cache rows only.
 
     Returns (features [F, 1, C, H] or None, cache)."""
     rows = jax.tree.map(lambda c: jax.lax.dynamic_slice_in_dim(c, slot, 1, axis=0), cache)
-    _, feats, rows = forward(params, rows, tokens, start, cfg=cfg, capture=capture, with_logits=False)
+    _, feats, rows = forward(params, rows, tokens, start, cfg=cfg, capture=capture, with_logits=False,
+                             n_valid=n_valid)
     cache = jax.tree.map(lambda c, r: jax.lax.dynamic_update_slice_in_dim(c, r, slot, axis=0), cache, rows)
     return feats, cache
 
@@ -45,6 +49,13 @@ def chunk_size(remaining: int) -> int:
         if remaining > size * 3 // 4:
             return size
     return 16
+
+
+@partial(jax.jit, donate_argnames=("cache",))
+def reset_slot(cache, slot):
+    """A hybrid target's cache with slot `slot`'s recurrent (conv, rec) state zeroed, for a new prompt."""
+    zero = lambda a: jax.lax.dynamic_update_slice_in_dim(a, jnp.zeros_like(a[:1]), slot, axis=0)  # noqa: E731
+    return cache | {kind: [None if a is None else zero(a) for a in cache[kind]] for kind in ("conv", "rec")}
 
 
 def cache_len_for_queue(max_prompt: int, max_new_tokens: int, steps_per_call: int, multiple: int = 64) -> int:
@@ -91,14 +102,16 @@ def greedy_continuous(target: Target, prompts: Iterable[tuple[Any, np.ndarray]],
             raise GenerationError(f"prompt {key!r} has {len(ids)} tokens: need 1..{room} for cache_len {cache_len} "
                                   f"and max_new_tokens {max_new_tokens}")
         table[s] = slot = _Slot(key, ids)
+        if "rec" in cache:
+            cache = reset_slot(cache, np.int32(s))
         body, lo = ids[:-1], 0
         while lo < len(body):
             size = chunk_size(len(body) - lo)
             n = min(size, len(body) - lo)
             chunk = np.zeros((1, size), np.int32)
             chunk[0, :n] = body[lo:lo + n]
-            feats, cache = prefill_slot(params, cache, chunk, np.full(1, lo, np.int32), np.int32(s), cfg=cfg,
-                                        capture=capture)
+            feats, cache = prefill_slot(params, cache, chunk, np.full(1, lo, np.int32), np.int32(s),
+                                        np.full(1, n, np.int32), cfg=cfg, capture=capture)
             if capture:
                 slot.feats.append(np.asarray(fetch(feats), np.float16)[:, 0, :n].transpose(1, 0, 2).reshape(n, width))
             lo += n

@@ -164,6 +164,7 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
         max_len = cache_len
     cache = init_cache(target.cfg, batch, max_len, target.params["embed"].dtype, target.mesh)
     capture, greedy = tuple(drafter.feature_layers), temperature == 0.0
+    recurrent = "rec" in cache  # a hybrid target: verify rolls its recurrent state back to the accepted position
     seqs = [_Sequence(p_ids) for p_ids in ids]
     state = drafter.start(ids, max_len)
     cache, chunks = prefill(target, cache, [i[:-1] for i in ids], capture, on_prefill)
@@ -212,7 +213,8 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                 top5_p=top_p_vals[row, :n + 1].tolist(), emitted=emitted, draft_ms=(t1 - t0) * 1e3,
                 verify_ms=(t2 - t1) * 1e3, drafted_text=target.piece_texts(drafted, context),
                 bonus_text=target.piece_texts(drafted[:accepted] + [int(bonus[row])], context)[-1],
-                top5_text=[target.token_texts(r) for r in rows])
+                top5_text=[target.token_texts(r) for r in rows],
+                state_rollback=k_block - accepted if recurrent else 0)
             seq.steps.append(step)
             traces.append((int(row), step))
             if seq.stop is None and len(seq.out) >= max_new_tokens:

@@ -15,6 +15,8 @@ class StepTrace:
     rows 0..len(drafted) (row i predicts the token after drafted[i-1]; the last row is the bonus
     row when everything was accepted). emitted: tokens this step added to the output (accepted
     drafts + bonus, cut at EOS or the token limit). Times are wall-clock, blocking on the device.
+    state_rollback: block positions whose recurrent state was verified and then discarded (those past the anchor
+    and the accepted drafts; the block is padded to K+1), 0 on a target without recurrent layers.
     """
 
     index: int
@@ -32,6 +34,7 @@ class StepTrace:
     drafted_text: list[str] = field(default_factory=list)
     bonus_text: str = ""
     top5_text: list[list[str]] = field(default_factory=list)
+    state_rollback: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

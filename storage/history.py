@@ -34,9 +34,9 @@ STATS_KEYS = ("wall_s", "prefill_ms", "decode_s", "draft_ms", "verify_ms", "tau"
 META_KEYS = ("prompt", "suite", "prompt_id", "category", "source", "lossless", "comparison_group", "status")
 # StepTrace field -> steps column; fields with a default may be missing from a step dict.
 STEP_FIELDS = ("index", "position", "drafted", "accepted", "bonus", "p", "q", "top5_ids", "top5_p", "emitted",
-               "draft_ms", "verify_ms", "drafted_text", "bonus_text", "top5_text")
+               "draft_ms", "verify_ms", "drafted_text", "bonus_text", "top5_text", "state_rollback")
 STEP_COLUMNS = ("run_id", "idx") + STEP_FIELDS[1:]
-STEP_DEFAULTS: dict[str, Any] = {"drafted_text": [], "bonus_text": "", "top5_text": []}
+STEP_DEFAULTS: dict[str, Any] = {"drafted_text": [], "bonus_text": "", "top5_text": [], "state_rollback": 0}
 KFLAT_KEYS = ("context", "k", "verify_ms", "draft_ms", "drafter")
 STATUSES = ("done", "cancelled")
 # doctor report row key -> doctor_checks column

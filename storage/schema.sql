@@ -179,6 +179,9 @@ CREATE TABLE doctor_checks (
     PRIMARY KEY (report_id, idx)
 );
 
+-- migration 6: how many verified block positions each step's recurrent state rolled back (hybrid targets)
+ALTER TABLE steps ADD COLUMN state_rollback INTEGER DEFAULT 0;  -- StepTrace.state_rollback; 0 without recurrent layers
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine.cache import init_cache
+from engine.continuous import greedy_continuous
 from engine.decode import generate, generate_batch, prefill, verify_block
 from engine.drafters.dflash import DFlashDrafter, init_dflash
 from engine.drafters.ngram import NgramDrafter
@@ -158,6 +159,27 @@ def test_speculative_decoding_is_lossless(tiny_target, drafter_kind, batch):
         assert sum(g.stats["accepted"] for g in got) > 0
         if run:
             assert got[0].stats["compiles"] == 0
+    block = drafter.k + 1  # every step's recurrent state rolls back past the accepted drafts of its padded block
+    assert all(s.state_rollback == block - 1 - s.accepted for g in got for s in g.steps)
+    assert any(s.state_rollback for g in got for s in g.steps)
+
+
+def test_the_rollback_is_stored_and_shown(tiny_target, tmp_path):
+    """The rollback travels with the step: history round trip (a step written without it reads as 0) and the
+    Generate view's mark beside the rejected tail."""
+    from app.render import step_html
+    from storage import open_history
+
+    result = generate(tiny_target, PROMPT, drafter=NgramDrafter(k=3), max_new_tokens=8, raw=True).to_dict()
+    assert all(s["state_rollback"] == 3 - s["accepted"] for s in result["steps"])
+    old = {**result, "steps": [{k: v for k, v in s.items() if k != "state_rollback"} for s in result["steps"]]}
+    history = open_history(tmp_path / "h.duckdb")
+    stored, legacy = history.get_run(history.write_run(result)), history.get_run(history.write_run(old))
+    assert [s["state_rollback"] for s in stored["steps"]] == [s["state_rollback"] for s in result["steps"]]
+    assert {s["state_rollback"] for s in legacy["steps"]} == {0}
+    step = result["steps"][0]
+    assert f"↶{step['state_rollback']}</span>" in step_html(step)
+    assert "ds-rollback" not in step_html(legacy["steps"][0])
 
 
 
@@ -193,3 +215,14 @@ def test_rollback_at_every_accepted_length_matches_a_fresh_pass(tmp_path):
             for kind in ("conv", "rec"):
                 np.testing.assert_allclose(np.asarray(cache[kind][i][row]), np.asarray(fresh[kind][i][0]),
                                            atol=1e-5)
+
+
+def test_continuous_batching_gives_each_prompt_its_greedy_output(tiny_target):
+    """Slots reused by later prompts (a one-token prompt too) start from a zeroed recurrent state and a prefill
+    that counts only each chunk's real tokens: every response is the prompt's plain greedy output."""
+    prompts = PROMPTS + ["zz", "hello world"]
+    want = {p: generate(tiny_target, p, max_new_tokens=12, raw=True).token_ids for p in prompts}
+    queue = [(p, tiny_target.encode(p, raw=True)) for p in prompts]
+    got = {key: out.tolist() for key, out, _ in greedy_continuous(tiny_target, queue, 12, slots=2, cache_len=128,
+                                                                    steps_per_call=4)}
+    assert got == want

@@ -29,7 +29,7 @@ def make_step(index: int, position: int, drafted: list[int], accepted: int, bonu
         "top5_p": [[0.6, 0.1, 0.1, 0.1, 0.1] for _ in range(rows)],
         "emitted": drafted[:accepted] + [bonus], "draft_ms": 1.5, "verify_ms": 2.25,
         "drafted_text": [f"t{t}" for t in drafted], "bonus_text": f"t{bonus}",
-        "top5_text": [[f"c{j}"] * 5 for j in range(rows)],
+        "top5_text": [[f"c{j}"] * 5 for j in range(rows)], "state_rollback": len(drafted) - accepted,
     }
 
 
@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "5"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "6"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "5"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "6"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
@@ -169,12 +169,13 @@ def test_missing_optional_keys_are_tolerated(history: History) -> None:
     result = make_result([1])
     result["settings"] = {"target": "t", "k": 3}
     result["stats"] = {"tau": 2.0}
-    for key in ("drafted_text", "bonus_text", "top5_text"):
+    for key in ("drafted_text", "bonus_text", "top5_text", "state_rollback"):
         del result["steps"][0][key]
     run = history.get_run(history.write_run(result))
     assert run["settings"]["versions"] == {} and run["settings"]["drafter"] is None
     assert run["stats"]["tau"] == 2.0 and run["prompt"] is None
     assert run["steps"][0]["drafted_text"] == [] and run["steps"][0]["bonus_text"] == ""
+    assert run["steps"][0]["state_rollback"] == 0
 
 
 def test_failed_write_leaves_no_half_run(history: History) -> None:
