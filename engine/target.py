@@ -83,6 +83,9 @@ def shard_target(target: Target, mesh: Mesh | str | None) -> Target:
     if mesh is None:
         return target
     cfg = target.cfg
+    if "linear_attention" in cfg.layer_types:
+        raise CheckpointError(f"{cfg.arch} (hybrid) targets run on one device: sharding their recurrent state over a "
+                              "mesh is not implemented; drop --mesh")
     return replace(target, params=place_params(target.params, mesh, cfg.num_heads, cfg.num_kv_heads), mesh=mesh)
 
 

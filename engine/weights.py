@@ -8,6 +8,7 @@ Params layout (matrices [in, out] so activations multiply on the left; one dict 
             routed layers: router [H, E], (router bias) router_bias [E], we_gate/we_up [E, H, Ie], we_down [E, Ie, H],
             (expert bias) be_gate/be_up [E, Ie], be_down [E, H]}
 Norms, biases, sinks and the router stay float32; matrices, experts and the embedding take the requested dtype.
+Qwen3.5 / 3.6 hybrid checkpoints load through engine/qwen3_5.py into the same pytree (its layer layout there).
 Every tensor of a checkpoint must be read: one the loader does not know is an error, never silently dropped.
 """
 

@@ -226,3 +226,14 @@ def test_continuous_batching_gives_each_prompt_its_greedy_output(tiny_target):
     got = {key: out.tolist() for key, out, _ in greedy_continuous(tiny_target, queue, 12, slots=2, cache_len=128,
                                                                     steps_per_call=4)}
     assert got == want
+
+
+def test_a_mesh_is_refused_with_the_reason(tiny_target):
+    from jax.sharding import Mesh
+
+    from engine.config import CheckpointError
+    from engine.target import shard_target
+
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+    with pytest.raises(CheckpointError, match="run on one device"):
+        shard_target(tiny_target, mesh)
