@@ -237,3 +237,15 @@ def test_a_mesh_is_refused_with_the_reason(tiny_target):
     mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
     with pytest.raises(CheckpointError, match="run on one device"):
         shard_target(tiny_target, mesh)
+
+
+def test_the_sampling_path_rolls_back_too(tiny_target):
+    """Rejection sampling over a nucleus of one token is greedy: with partly accepted blocks it must reproduce the
+    greedy output, which it only does when the recurrent state is committed at each accepted position."""
+    prompts = PROMPTS[:2]
+    want = [generate(tiny_target, p, max_new_tokens=24, raw=True) for p in prompts]
+    drafter = OracleMix(NgramDrafter(k=3), [w.prompt_ids + w.token_ids for w in want])
+    got = generate_batch(tiny_target, prompts, drafter=drafter, max_new_tokens=24, raw=True, temperature=1.0,
+                         top_p=1e-6, seed=7)
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    assert any(0 < s.accepted < 3 for g in got for s in g.steps)
