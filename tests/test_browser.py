@@ -37,7 +37,7 @@ def page(app_server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(60_000)
+        page.set_default_timeout(600_000)  # deadlines for condition waits: compiles take minutes on loaded cores
         page.goto(app_server[0])
         yield page
         browser.close()
