@@ -51,26 +51,26 @@ def shots():
     return folder
 
 
-# An element's own text once the event writing it has ended ('' while its Gradio progress overlay is showing: a
-# run's status reads "stored as run" for its ar reference before the drafter's run ends); the overlay's own text
-# ("processing | 0.1s") is left out.
-OWN_TEXT = ("s => { const e = document.querySelector(s); if (!e) return ''; "
-            "const busy = [...e.querySelectorAll('[data-testid=status-tracker]')]"
-            ".some(t => !t.classList.contains('hide')); if (busy) return ''; const c = e.cloneNode(true); "
+# An element's own text, without what Gradio's progress overlay inside it shows ("processing | 0.1s"); with busy
+# set, '' while that overlay is showing (a run's status reads "stored as run" for its ar reference before the
+# drafter's run ends).
+OWN_TEXT = ("([s, busy]) => { const e = document.querySelector(s); if (!e) return ''; "
+            "const trackers = [...e.querySelectorAll('[data-testid=status-tracker]')]; "
+            "if (busy && trackers.some(t => !t.classList.contains('hide'))) return ''; const c = e.cloneNode(true); "
             "c.querySelectorAll('[data-testid=status-tracker]').forEach(x => x.remove()); return c.textContent; }")
 
 
-def wait_text(page, selector: str, text: str, old: str = "") -> None:
-    """Wait until the element's own text shows `text` (and is no longer exactly `old`)."""
-    page.wait_for_function(f"([s, t, o]) => {{ const x = ({OWN_TEXT})(s); return x.includes(t) && x !== o; }}",
-                           arg=[selector, text, old])
+def wait_text(page, selector: str, text: str, old: str = "", ended: bool = False) -> None:
+    """Wait until the element's own text shows `text` (and is no longer exactly `old`); ended: and its event ended."""
+    page.wait_for_function(f"([s, t, o, b]) => {{ const x = ({OWN_TEXT})([s, b]); return x.includes(t) && x !== o; }}",
+                           arg=[selector, text, old, ended])
 
 
 def click_and_wait(page, button: str, status: str, text: str) -> None:
-    """Click a button and wait for a new status showing `text`."""
-    old = page.evaluate(OWN_TEXT, status)
+    """Click a button and wait for a new status showing `text` once the click's event has ended."""
+    old = page.evaluate(OWN_TEXT, [status, False])
     page.click(button)
-    wait_text(page, status, text, old)
+    wait_text(page, status, text, old, ended=True)
 
 
 def shot(page, path: Path) -> None:

@@ -92,7 +92,8 @@ def add(wb: Workbench, run_id: str | None, pick: str | None, label: str | None, 
     except (*USER_ERRORS, ValueError) as e:
         gr.Warning(str(e))
         return message_html(f"error: {e}", "error")
-    return message_html(f"annotation #{annotation_id} stored: step {step}, position {pos}, label {label}")
+    return message_html(f"annotation #{annotation_id} stored: step {step}, position {pos}, label {label}, note "
+                        f"{(note or '')[:60]!r}")
 
 
 def export(wb: Workbench, folder: str, label: str | None, drafter: str | None) -> tuple[str, list[str] | None]:
