@@ -2,7 +2,7 @@
 
     python -m engine.generate --prompt "..." --drafter ngram --k 8 --max-new-tokens 128 [--json]
     python -m engine.generate --prompt-file prompts.jsonl --drafter ngram --json --check-lossless [--batch 4]
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
+    NPROC=10 XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m engine.generate --prompt "..." --mesh 1x8
 Multi-host: run the same command in every process with --distributed (HOST:PORT,N,ID, or bare on TPU pods);
 --mesh then spans all processes' devices.
 tok/s is timed warm: each group of prompts first runs its prefill and two steps untimed (XLA compiles), and that

@@ -11,4 +11,4 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 # under CI=true the test run itself refuses to start with chromium, torch or transformers missing (tests/conftest.py)
-exec .venv/bin/python -m pytest -q -rs "$@"
+exec .venv/bin/python -m pytest -q -rs --durations=20 "$@"

@@ -26,13 +26,18 @@ LOGITS_TOL, PROB_TOL = 5e-4, 1e-4
 
 
 def child_env(devices: int | None) -> dict:
-    """The environment of a subprocess with `devices` simulated CPU devices. Their collectives wait up to 10 minutes
-    for every device's thread (XLA's default, 40 s, ends the process when two cores are busy with other work)."""
+    """The environment of a subprocess with `devices` simulated CPU devices.
+
+    XLA runs a collective's participants on its intra-op thread pool, sized to the cores (2 here) unless NPROC says
+    otherwise: with fewer threads than devices, the devices that reach an all-reduce first can hold every thread while
+    the rest still need one, and the process waits until the collective timeout ends it. NPROC gives the pool a
+    thread per device and two more; the timeout (XLA's default 40 s) is raised to 10 minutes for loaded cores."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("XLA_FLAGS", None)
     if devices:
         env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={devices} "
                             "--xla_cpu_collective_call_terminate_timeout_seconds=600")
+        env["NPROC"] = str(max(devices + 2, os.cpu_count() or 1))
     return env
 
 
