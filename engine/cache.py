@@ -20,7 +20,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32,
     if "linear_attention" in cfg.layer_types:
         from .qwen3_5 import init_hybrid_cache  # imports this module
 
-        return init_hybrid_cache(cfg, batch, max_len, dtype)
+        return init_hybrid_cache(cfg, batch, max_len, dtype, mesh)
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     split = mesh is not None and heads_divide(mesh, cfg.num_heads, cfg.num_kv_heads)
     return {"k": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)],

@@ -54,10 +54,15 @@ class DeltaConfig:
         return 2 * self.key_dim + self.value_dim
 
 
+def state_shapes(cfg: DeltaConfig, batch: int) -> dict[str, tuple[int, ...]]:
+    """Shapes of one layer's (conv, recurrent) state; both are float32."""
+    return {"conv": (batch, cfg.conv_kernel - 1, cfg.conv_dim),
+            "rec": (batch, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim)}
+
+
 def init_state(cfg: DeltaConfig, batch: int) -> dict[str, jax.Array]:
     """A zeroed (conv, recurrent) state: what a sequence starts from."""
-    return {"conv": jnp.zeros((batch, cfg.conv_kernel - 1, cfg.conv_dim), jnp.float32),
-            "rec": jnp.zeros((batch, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim), jnp.float32)}
+    return {kind: jnp.zeros(shape, jnp.float32) for kind, shape in state_shapes(cfg, batch).items()}
 
 
 def causal_conv(x: jax.Array, conv_state: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:

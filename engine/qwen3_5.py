@@ -23,12 +23,14 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from . import gated_delta as gd
 from .cache import write
 from .config import CheckpointError
 from .gated_delta import DeltaConfig
 from .model import attention, dense_ffn, linear, moe, rms_norm, rope
+from .sharding import STATE_AXES, heads_divide, zeros
 
 log = logging.getLogger(__name__)
 
@@ -350,17 +352,20 @@ def hybrid_layer(cfg: HybridConfig, i: int, lp: dict, x: jax.Array, positions: j
     return x + (with_shared_expert(lp, h, moe(cfg, lp, h)) if cfg.is_moe else dense_ffn(cfg, lp, h)), entry
 
 
-def init_hybrid_cache(cfg: HybridConfig, batch: int, max_len: int, dtype=jnp.float32) -> dict[str, list]:
+def init_hybrid_cache(cfg: HybridConfig, batch: int, max_len: int, dtype=jnp.float32,
+                      mesh: Mesh | None = None) -> dict[str, list]:
     """Zeroed per-layer entries: K/V [B, Nkv, S, D] for attention layers, the (conv, rec) float32 state for
-    gated DeltaNet layers; None in the lists of the other kind."""
+    gated DeltaNet layers; None in the lists of the other kind. On a mesh the batch goes over "data", K/V heads
+    (when both head counts divide) and the recurrent state's value heads (when they divide) over "model"."""
+    split = mesh is not None and heads_divide(mesh, cfg.num_heads, cfg.num_kv_heads)
+    kv_shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     cache = {kind: [None] * cfg.num_layers for kind in CACHE_KINDS}
     for i, kind in enumerate(cfg.layer_types):
         if kind == "linear_attention":
-            state = gd.init_state(cfg.delta, batch)
-            cache["conv"][i], cache["rec"][i] = state["conv"], state["rec"]
+            for name, shape in gd.state_shapes(cfg.delta, batch).items():
+                cache[name][i] = zeros(shape, jnp.float32, mesh, logical=STATE_AXES[name])
         else:
-            shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-            cache["k"][i], cache["v"][i] = jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+            cache["k"][i], cache["v"][i] = (zeros(kv_shape, dtype, mesh, split) for _ in "kv")
     return cache
 
 

@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from transformers import PreTrainedTokenizerBase
 
 from .config import CheckpointError, ModelConfig, read_json
+from .qwen3_5 import HybridConfig
 from .sharding import place_params, resolve_mesh
 from .tokenizer import encode_prompt, load_tokenizer
 from .weights import load_weights
@@ -83,10 +84,9 @@ def shard_target(target: Target, mesh: Mesh | str | None) -> Target:
     if mesh is None:
         return target
     cfg = target.cfg
-    if "linear_attention" in cfg.layer_types:
-        raise CheckpointError(f"{cfg.arch} (hybrid) targets run on one device: sharding their recurrent state over a "
-                              "mesh is not implemented; drop --mesh")
-    return replace(target, params=place_params(target.params, mesh, cfg.num_heads, cfg.num_kv_heads), mesh=mesh)
+    linear_heads = cfg.delta.num_v_heads if isinstance(cfg, HybridConfig) else 0  # gated DeltaNet value heads
+    params = place_params(target.params, mesh, cfg.num_heads, cfg.num_kv_heads, linear_heads)
+    return replace(target, params=params, mesh=mesh)
 
 
 def load_target(path: str | Path | None = None, dtype: str = "float32",

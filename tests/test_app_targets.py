@@ -1,6 +1,6 @@
-"""The app on the new target families: a local Qwen3-MoE or gpt-oss checkpoint directory (tiny, random weights, the
-embedded model's tokenizer) is served, generates lossless through the API, and takes a DFlash drafter of its own
-shape from a checkpoint directory."""
+"""The app on the new target families: a local Qwen3-MoE, gpt-oss or Qwen3.5 hybrid checkpoint directory (tiny,
+random weights, the embedded model's tokenizer) is served, generates lossless through the API, and takes a DFlash
+drafter of its own shape from a checkpoint directory."""
 
 from __future__ import annotations
 
@@ -25,14 +25,19 @@ def tiny_checkpoint(kind: str, path) -> None:
     """A tiny random `kind` model saved with the embedded model's tokenizer: a local checkpoint directory."""
     common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                   head_dim=8, max_position_embeddings=1024, tie_word_embeddings=True)
-    if kind == "qwen3_moe":
-        cfg = transformers.Qwen3MoeConfig(**common, intermediate_size=48, moe_intermediate_size=16, num_experts=8,
-                                          num_experts_per_tok=2)
-    else:
-        cfg = transformers.GptOssConfig(**common, intermediate_size=16, num_local_experts=8, num_experts_per_tok=2,
-                                        sliding_window=8)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    if kind == "qwen3_5":  # as published: Qwen3_5ForConditionalGeneration, a (tiny) vision tower beside the decoder
+        text = common | dict(intermediate_size=48, linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=8, linear_value_head_dim=8, full_attention_interval=2)
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+        model = transformers.Qwen3_5ForConditionalGeneration(
+            transformers.Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)).eval()
+    elif kind == "qwen3_moe":
+        model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen3MoeConfig(
+            **common, intermediate_size=48, moe_intermediate_size=16, num_experts=8, num_experts_per_tok=2)).eval()
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(transformers.GptOssConfig(
+            **common, intermediate_size=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=8)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "sinks" in name or name.endswith("bias"):
@@ -41,7 +46,7 @@ def tiny_checkpoint(kind: str, path) -> None:
     load_tokenizer(embedded_model_path()).save_pretrained(path)
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "gpt_oss"])
+@pytest.fixture(scope="module", params=["qwen3_moe", "gpt_oss", "qwen3_5"])
 def served(request, tmp_path_factory):
     """(kind, checkpoint dir, drafter dir, app url, history path) of the app serving a tiny checkpoint."""
     root = tmp_path_factory.mktemp(request.param)

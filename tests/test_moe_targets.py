@@ -297,16 +297,30 @@ def test_yarn_inv_freq_and_attention_factor_match_transformers():
 
 
 @pytest.mark.slow
-def test_moe_targets_on_8_devices_give_the_tokens_of_one():
-    """tests/moe_mesh_worker.py: each tiny MoE target on 1x8 and 2x4 meshes of simulated CPU devices, experts split
-    over "model" (expert parallel), greedy with ar, ngram and a random DFlash: the tokens of one device."""
-    proc = subprocess.run([sys.executable, "tests/moe_mesh_worker.py"], cwd=ROOT, env=child_env(8),
+@pytest.mark.parametrize("kinds", [("qwen3_moe", "gpt_oss"), ("qwen3_5", "qwen3_5_moe")])
+def test_moe_and_hybrid_targets_on_8_devices_give_the_tokens_of_one(kinds):
+    """tests/moe_mesh_worker.py: each tiny MoE or hybrid target on 1x8 and 2x4 meshes of simulated CPU devices at
+    batch 2, experts split over "model" (expert parallel), a hybrid's gated DeltaNet value heads and recurrent state
+    split over "model" (its batch over "data"), greedy with ar, and ngram and a random DFlash accepted at every
+    length: the tokens of one device, and a second run compiles nothing."""
+    proc = subprocess.run([sys.executable, "tests/moe_mesh_worker.py", *kinds], cwd=ROOT, env=child_env(8),
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = last_json(proc.stdout)
-    assert report["devices"] == 8 and set(report["targets"]) == {"qwen3_moe", "gpt_oss"}
+    assert report["devices"] == 8 and set(report["targets"]) == set(kinds)
     for kind, meshes in report["targets"].items():
+        assert all(meshes.pop("one_device").values()), kind
         for spec, got in meshes.items():
-            assert all(got["same_tokens"].values()) and set(got["n_tokens"].values()) == {16}, (kind, spec, got)
-            assert got["logits_diff"] < 5e-4 and got["expert_spec"][0] == "model", (kind, spec, got)
-            assert "we_gate" in got["layout"], got["layout"]
+            assert all(got["same_tokens"].values()) and got["n_tokens"] == dict.fromkeys(got["n_tokens"], [16]), \
+                (kind, spec, got)
+            assert got["logits_diff"] < 5e-4 and got["compiles_again"] == 0, (kind, spec, got)
+            assert got["accepted"]["ngram"] > 0 and got["accepted"]["dflash"] > 0, (kind, spec, got)
+            specs = got["specs"]
+            if kind != "qwen3_5":
+                assert specs["we_gate"][0] == "model" and "we_gate" in got["layout"], (kind, spec, got)
+            if kind.startswith("qwen3_5"):  # value heads 8, query / KV heads 8 / 4: attention splits on 2x4 only
+                assert specs["w_z"] == ["None", "model"] and specs["w_out"] == ["model", "None"], (kind, specs)
+                assert specs["w_qkv"] == ["None", "None"], specs  # q|k|v concatenated: replicated
+                assert specs["rec_state"] == ["data", "model", "None", "None"], specs
+                assert specs["wq"] == (["None", "model"] if spec == "2x4" else ["None", "None"]), (spec, specs)
+                assert got["state_rollback"]["dflash"] > 0, got

@@ -5,6 +5,7 @@ verification whose recurrent-state rollback keeps decoding lossless (tiny random
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ import pytest
 from engine.cache import init_cache
 from engine.continuous import greedy_continuous
 from engine.decode import generate, generate_batch, prefill, verify_block
+from engine.drafters import dflash
 from engine.drafters.dflash import DFlashDrafter, init_dflash
 from engine.drafters.ngram import NgramDrafter
 from engine.model import forward
@@ -21,6 +23,7 @@ from engine.qwen3_5 import commit_states
 from engine.target import load_target
 from engine.weights import load_weights
 from tests.test_dflash import OracleMix, scramble
+from tests.test_drafter_formats import fixture, write_checkpoint
 from tests.test_sampling import ByteTokenizer
 
 torch = pytest.importorskip("torch")
@@ -39,10 +42,11 @@ KINDS = ("text", "multimodal", "moe", "moe-multimodal")
 PROMPT = "one two three one two three one two"
 
 
-def hf_model(kind: str, seed: int = 0):
-    """A tiny random transformers Qwen3.5 model of `kind` with every weight non-trivial (A_log, dt_bias, norms)."""
+def hf_model(kind: str, seed: int = 0, **text):
+    """A tiny random transformers Qwen3.5 model of `kind` with every weight non-trivial (A_log, dt_bias, norms);
+    `text` overrides the text-only decoder's config."""
     if kind == "text":
-        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TEXT))
+        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TEXT | text))
     elif kind == "multimodal":
         model = transformers.Qwen3_5ForConditionalGeneration(
             transformers.Qwen3_5Config(text_config=TEXT, vision_config=VISION))
@@ -137,31 +141,62 @@ def tiny_target(request, tmp_path_factory):
 PROMPTS = [PROMPT, "abc abc abc abc", "the cat sat on the mat, the cat", "x"]
 
 
+def check_lossless(target, inner, batch: int) -> None:
+    """Greedy output with the drafter `inner` equals plain greedy at batch `batch` with per-sequence acceptance; an
+    oracle overwrites its first drafts with the known continuation (a random model rarely repeats itself) so that
+    blocks are accepted at every length, and every step's recurrent state rolls back past the accepted drafts of
+    its padded block. A second run compiles nothing."""
+    prompts = PROMPTS[:batch]
+    want = [generate(target, p, max_new_tokens=32, raw=True) for p in prompts]
+    drafter = OracleMix(inner, [w.prompt_ids + w.token_ids for w in want])
+    for run in range(2):
+        got = generate_batch(target, prompts, drafter=drafter, max_new_tokens=32, raw=True)
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        assert sum(g.stats["accepted"] for g in got) > 0
+        if run:
+            assert got[0].stats["compiles"] == 0
+    block = drafter.k + 1
+    assert all(s.state_rollback == block - 1 - s.accepted for g in got for s in g.steps)
+    assert any(s.state_rollback for g in got for s in g.steps)
+
+
 @pytest.mark.parametrize("drafter_kind", ["ngram", "dflash"])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_speculative_decoding_is_lossless(tiny_target, drafter_kind, batch):
-    """Greedy output with a drafter equals plain greedy (itself transformers' greedy, above), at batch 1 and 4 with
-    per-sequence acceptance: ngram, and a random-weight DFlash (taps on linear and full-attention layers), whose
-    first drafts an oracle overwrites with the known continuation (a random model rarely repeats itself) so that
-    blocks are accepted at every length. A second run compiles nothing."""
-    prompts = PROMPTS[:batch]
-    want = [generate(tiny_target, p, max_new_tokens=32, raw=True) for p in prompts]
+    """Lossless at batch 1 and 4 (plain greedy is itself transformers' greedy, above): ngram, and a random-weight
+    DFlash with taps on linear and full-attention layers."""
     if drafter_kind == "ngram":
         inner = NgramDrafter(k=4)
     else:
         cfg, params = init_dflash(tiny_target, num_layers=2, block_size=8, target_layer_ids=(0, 1, 3),
                                   mask_token_id=VOCAB - 1, intermediate_size=48)
         inner = DFlashDrafter(tiny_target, cfg, scramble(params, 1), k=7)
-    drafter = OracleMix(inner, [w.prompt_ids + w.token_ids for w in want])
-    for run in range(2):
-        got = generate_batch(tiny_target, prompts, drafter=drafter, max_new_tokens=32, raw=True)
-        assert [g.token_ids for g in got] == [w.token_ids for w in want]
-        assert sum(g.stats["accepted"] for g in got) > 0
-        if run:
-            assert got[0].stats["compiles"] == 0
-    block = drafter.k + 1  # every step's recurrent state rolls back past the accepted drafts of its padded block
-    assert all(s.state_rollback == block - 1 - s.accepted for g in got for s in g.steps)
-    assert any(s.state_rollback for g in got for s in g.steps)
+    check_lossless(tiny_target, inner, batch)
+
+
+PUBLISHED_TAPS = (1, 2, 3, 4, 5, 6, 7, 8)  # 8 taps: layers 3 and 7 full attention, the rest gated DeltaNet
+
+
+@pytest.fixture(scope="module")
+def published_target(tmp_path_factory):
+    """A tiny hybrid target of the published layer pattern: three gated DeltaNet layers per full-attention one."""
+    path = tmp_path_factory.mktemp("target-published")
+    hf_model("text", seed=4, num_hidden_layers=10, full_attention_interval=4).save_pretrained(path)
+    return load_target(path, tokenizer=ByteTokenizer())
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_dflash_of_the_published_shape_is_lossless(published_target, tmp_path, batch):
+    """The Qwen3.5 DFlash drafters' config (dflash_nested_sliding's keys: nested dflash_config, rope_parameters,
+    sliding layers) at the published block size 16 with 8 taps over both layer kinds, scaled down to the tiny target
+    (its mask token the last embedding row, where the releases use 248077 / 248070), random weights: lossless."""
+    conf = fixture("dflash_nested_sliding") | {"num_target_layers": published_target.cfg.num_layers}
+    conf["dflash_config"] = {"block_size": 16, "mask_token_id": VOCAB - 1, "target_layer_ids": list(PUBLISHED_TAPS)}
+    drafter = dflash.load(published_target, write_checkpoint(tmp_path / "dflash", conf, seed=1))
+    kinds = {published_target.cfg.layer_types[i] for i in drafter.cfg.target_layer_ids}
+    assert (drafter.cfg.block_size, drafter.k, drafter.cfg.windows) == (16, 15, (6, 6, None))
+    assert kinds == {"linear_attention", "full_attention"}
+    check_lossless(published_target, drafter, batch)
 
 
 def test_the_rollback_is_stored_and_shown(tiny_target, tmp_path):
@@ -181,6 +216,14 @@ def test_the_rollback_is_stored_and_shown(tiny_target, tmp_path):
     assert f"↶{step['state_rollback']}</span>" in step_html(step)
     assert "ds-rollback" not in step_html(legacy["steps"][0])
 
+
+
+@partial(jax.jit, static_argnames=("cfg",))
+def fresh_pass(params, cache, tokens, *, cfg):
+    """The state after a recurrent (per-position) pass over tokens [1, T], committed at its last position inside
+    one program, as verify_block does: the per-position states never back the donated cache buffers."""
+    _, _, states = forward(params, cache, tokens, jnp.zeros(1, jnp.int32), cfg=cfg, per_position=True)
+    return commit_states(states, jnp.full((1,), tokens.shape[1] - 1, jnp.int32))
 
 
 def test_rollback_at_every_accepted_length_matches_a_fresh_pass(tmp_path):
@@ -208,9 +251,7 @@ def test_rollback_at_every_accepted_length_matches_a_fresh_pass(tmp_path):
     linear = [i for i, kind in enumerate(cfg.layer_types) if kind == "linear_attention"]
     for row, (body, block) in enumerate(zip(bodies, blocks, strict=True)):
         committed = np.append(body, block[:row + 1]).astype(np.int32)[None]
-        _, _, states = forward(target.params, init_cache(cfg, 1, 64), committed, jnp.zeros(1, jnp.int32), cfg=cfg,
-                               per_position=True)
-        fresh = commit_states(states, jnp.asarray([committed.shape[1] - 1], jnp.int32))
+        fresh = fresh_pass(target.params, init_cache(cfg, 1, 64), committed, cfg=cfg)
         for i in linear:
             for kind in ("conv", "rec"):
                 np.testing.assert_allclose(np.asarray(cache[kind][i][row]), np.asarray(fresh[kind][i][0]),
@@ -226,17 +267,6 @@ def test_continuous_batching_gives_each_prompt_its_greedy_output(tiny_target):
     got = {key: out.tolist() for key, out, _ in greedy_continuous(tiny_target, queue, 12, slots=2, cache_len=128,
                                                                     steps_per_call=4)}
     assert got == want
-
-
-def test_a_mesh_is_refused_with_the_reason(tiny_target):
-    from jax.sharding import Mesh
-
-    from engine.config import CheckpointError
-    from engine.target import shard_target
-
-    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
-    with pytest.raises(CheckpointError, match="run on one device"):
-        shard_target(tiny_target, mesh)
 
 
 def test_the_sampling_path_rolls_back_too(tiny_target):
