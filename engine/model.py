@@ -17,6 +17,7 @@ only the routed experts' weights; otherwise it computes every expert densely and
 
 from __future__ import annotations
 
+import itertools
 from functools import partial
 
 import jax
@@ -47,16 +48,22 @@ def rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array, scale: float =
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, sinks: jax.Array | None = None) -> jax.Array:
+def attention(q: jax.Array, k: jax.Array | tuple, v: jax.Array | tuple, mask: jax.Array,
+              sinks: jax.Array | None = None) -> jax.Array:
     """Grouped-query attention. q [B, T, Nh, D]; k, v [B, Nkv, S, D]; mask [B, T, S] bool -> [B, T, Nh*D].
 
+    k and v may be tuples of parts [B, Nkv, S_i, D]: the key rows of all parts in order (S = sum S_i), attended
+    to without building their concatenation (a drafter block's own K/V beside a context cache).
     `sinks` [Nh]: a learned logit per head that joins the softmax denominator and attends to nothing (gpt-oss)."""
+    k_parts, v_parts = (k, v) if isinstance(k, tuple) else ((k,), (v,))
     b, t, nh, d = q.shape
-    nkv, s = k.shape[1], k.shape[2]
+    nkv = k_parts[0].shape[1]
     g = nh // nkv
     # rows of one kv head's group stacked as [g * t] queries: two plain batched matmuls on CPU
     q = q.reshape(b, t, nkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, nkv, g * t, d)
-    scores = jnp.einsum("bkqd,bksd->bkqs", q, k.astype(jnp.float32)) * (d ** -0.5)
+    scores = jnp.concatenate([jnp.einsum("bkqd,bksd->bkqs", q, kp.astype(jnp.float32)) for kp in k_parts],
+                             axis=-1) * (d ** -0.5)
+    s = scores.shape[-1]
     mask = jnp.broadcast_to(mask[:, None, None], (b, nkv, g, t, s)).reshape(b, nkv, g * t, s)
     scores = jnp.where(mask, scores, -1e30)
     if sinks is None:
@@ -64,7 +71,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, sinks: 
     else:  # head h = kv * g + j, as the query reshape above
         sink = jnp.broadcast_to(sinks.astype(jnp.float32).reshape(1, nkv, g, 1, 1), (b, nkv, g, t, 1))
         probs = jax.nn.softmax(jnp.concatenate([scores, sink.reshape(b, nkv, g * t, 1)], axis=-1), axis=-1)[..., :s]
-    out = jnp.einsum("bkqs,bksd->bkqd", probs, v.astype(jnp.float32))
+    splits = list(itertools.accumulate(kp.shape[2] for kp in k_parts))[:-1]
+    out = sum(jnp.einsum("bkqs,bksd->bkqd", p, vp.astype(jnp.float32))
+              for p, vp in zip(jnp.split(probs, splits, axis=-1), v_parts, strict=True))
     return out.reshape(b, nkv, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, nh * d)
 
 

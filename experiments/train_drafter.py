@@ -27,7 +27,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -187,16 +187,18 @@ def valid_runs(runs_fn, params, batches: Iterable[dict[str, np.ndarray]]) -> np.
 
 
 def features_fn(target: Target, layers: tuple[int, ...]):
-    """feats_of(batch, with_last) -> (features [B, T, F*H] of `layers`, final-normed hidden [B, T, H] or None):
-    the batch's stored features when it has them, else one target forward (which also gives the hidden)."""
+    """feats_of(batch, with_last, params) -> (features [B, T, F*H] of `layers`, final-normed hidden [B, T, H] or
+    None): the batch's stored features when it has them, else one forward of the target with `params` (default its
+    own; inside a jitted step pass them as an argument, so they are not compiled in as constants)."""
     last = target.cfg.num_layers - 1
     capture = layers + (() if last in layers else (last,))
     width = len(layers) * target.cfg.hidden_size
 
-    def feats_of(b, with_last: bool = False):
+    def feats_of(b, with_last: bool = False, params: dict | None = None):
         if "feats" in b and not with_last:
             return b["feats"].astype(jnp.float32), None
-        full = target_features(target.params, b["tokens"], cfg=target.cfg, capture=capture if with_last else layers)
+        params = target.params if params is None else params
+        full = target_features(params, b["tokens"], cfg=target.cfg, capture=capture if with_last else layers)
         if not with_last:
             return full, None
         i = capture.index(last) * target.cfg.hidden_size
@@ -241,7 +243,8 @@ def next_token_probs(head: dict, last_hidden: jax.Array, rows: jax.Array) -> jax
 
 def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Array, last_hidden=None,
                 soft: float = 0.0):
-    """Distillation loss over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, acc at row 1).
+    """Distillation loss over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, (acc at row 1,
+    trained label positions)).
 
     With a training vocabulary (head["lm_head"] holding only its columns), to_vocab maps target ids to its
     indices (-1: outside, not a label). soft > 0 mixes in KL to the target's distribution (see distill_loss;
@@ -256,12 +259,13 @@ def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Arr
     loss = distill_loss(logits, labels, probs, soft)
     acc = (jnp.argmax(logits, -1) == labels) * valid
     acc1 = acc[..., 0].sum() / jnp.maximum(valid[..., 0].sum(), 1)
-    return (loss * weight).sum() / jnp.maximum(weight.sum(), 1e-9), acc1
+    return (loss * weight).sum() / jnp.maximum(weight.sum(), 1e-9), (acc1, valid.sum())
 
 
 def eagle3_loss(params, cfg, embed, t2d, feats, batch, steps: int, target_head=None, last_hidden=None,
                 soft: float = 0.0):
-    """Distillation loss of every TTT step on rows whose label lies in the response; (loss, acc at step 1).
+    """Distillation loss of every TTT step on rows whose label lies in the response; (loss, (acc at step 1,
+    trained label positions)).
 
     soft > 0: target_head is the target's head cut to the draft vocabulary (label of step i at row t is token
     t+2+i, predicted by the target's hidden at t+1+i)."""
@@ -274,7 +278,8 @@ def eagle3_loss(params, cfg, embed, t2d, feats, batch, steps: int, target_head=N
         probs = next_token_probs(target_head, last_hidden, jnp.broadcast_to(rows, (len(batch["tokens"]), steps, t)))
     loss = distill_loss(logits, labels, probs, soft)
     acc = (jnp.argmax(logits, -1) == labels) & valid
-    return (loss * valid).sum() / jnp.maximum(valid.sum(), 1), acc[:, 0].sum() / jnp.maximum(valid[:, 0].sum(), 1)
+    acc1 = acc[:, 0].sum() / jnp.maximum(valid[:, 0].sum(), 1)
+    return (loss * valid).sum() / jnp.maximum(valid.sum(), 1), (acc1, valid.sum())
 
 
 def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
@@ -352,65 +357,123 @@ def load_state(work: Path, params, opt_state):
     return state[0], state[1], best, meta
 
 
-def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, args, work: Path,
-          columns: np.ndarray | None, max_k: int):
-    """Optimize params of loss_fn(params, batch) -> (loss, acc) with early stopping on tau_est.
+def length_buckets(data: Sequences, seq_len: int, width: int) -> list[np.ndarray]:
+    """Training rows grouped by padded length (a multiple of `width`, at most seq_len); width 0: one group."""
+    lengths = np.minimum(np.diff(data.offsets), seq_len)
+    if not width:
+        return [np.arange(len(data))]
+    padded = np.minimum(-(-lengths // width) * width, seq_len)
+    return [np.flatnonzero(padded == p) for p in np.unique(padded)]
 
-    runs_fn(params, batch) -> accepted-run lengths [B, A] (valid where batch["anchor_valid"]) on validation
-    batches; returns (best params, log)."""
+
+def padded_length(data: Sequences, rows: np.ndarray, args) -> int:
+    """The length a batch of these rows is padded to: its longest, rounded up to args.bucket, at most args.seq_len."""
+    if not args.bucket:
+        return args.seq_len
+    return min(args.seq_len, -(-int(np.diff(data.offsets)[rows].max()) // args.bucket) * args.bucket)
+
+
+def train_batch(data: Sequences, args, step: int, columns: np.ndarray | None,
+                buckets: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The training batch of `step`, drawn from (seed, step): a length bucket (chosen in proportion to its size, so
+    every sequence is as likely as in uniform draws), args.batch of its sequences padded to the bucket's longest,
+    and up to args.anchors anchors each (as many anchor columns as the fullest sequence needs, rounded up to the
+    bucket, so asking for every position computes few empty blocks)."""
+    rng = np.random.default_rng([args.seed, step])
+    sizes = np.array([len(b) for b in buckets], np.float64)
+    pool = buckets[rng.choice(len(buckets), p=sizes / sizes.sum())]
+    rows = rng.choice(pool, args.batch, replace=len(pool) < args.batch)
+    batch = batch_of(data, rows, padded_length(data, rows, args), columns)
+    anchors, valid = sample_anchors(rng, batch["lengths"], batch["prompt_lens"], args.anchors)
+    if args.bucket:  # valid anchors come first: drop the columns no sequence fills, to a multiple of the bucket
+        width = min(args.anchors, -(-int(valid.sum(1).max()) // args.bucket) * args.bucket)
+        anchors, valid = anchors[:, :width], valid[:, :width]
+    batch["anchors"], batch["anchor_valid"] = anchors, valid
+    return batch
+
+
+def make_update(loss_fn, opt: optax.GradientTransformation):
+    """The jitted step (params, opt_state, batch, frozen) -> (params, opt_state, loss, (acc, trained label
+    positions)); frozen (the target's weights, the head) is an argument, never a compiled-in constant."""
+
+    @jax.jit
+    def update(params, opt_state, batch, frozen):
+        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, frozen)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, aux
+
+    return update
+
+
+def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, args, work: Path,
+          columns: np.ndarray | None, max_k: int, features: Callable | None = None, frozen=None):
+    """Optimize params of loss_fn(params, batch, frozen) -> (loss, (acc, trained label positions)) with early
+    stopping on tau_est; each evaluation logs the training throughput since the last one (label positions per
+    second, the time of the steps alone, evaluations excluded).
+
+    runs_fn(params, batch, frozen) -> accepted-run lengths [B, A] (valid where batch["anchor_valid"]) on validation
+    batches, which hold their target features (features(batch)) when the data stores none; returns (best params,
+    log)."""
     opt = optimizer(args.lr, args.steps)
     params, opt_state, best, meta = load_state(work, params, opt.init(params))
     step = meta["step"]
-
-    @jax.jit
-    def update(params, opt_state, batch):
-        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, acc
-
+    update = make_update(loss_fn, opt)
+    buckets = length_buckets(data, args.seq_len, args.bucket)
     runs_jit = jax.jit(runs_fn)
     val_batches = list(anchored_batches(val, args, columns))
+    if features is not None and columns is None:  # the frozen target's features of the fixed validation set, once
+        for b in val_batches:
+            b["feats"] = np.asarray(features(b))
 
     def evaluate(params) -> list[float]:
-        return tau_from_runs(valid_runs(runs_jit, params, val_batches), max_k)
+        return tau_from_runs(valid_runs(lambda p, b: runs_jit(p, b, frozen), params, val_batches), max_k)
 
     t0, wall0, deadline = time.time(), meta["wall_s"], time.time() + 60 * args.max_minutes
     since_best = 0 if meta["best"] is None else sum(1 for e in meta["log"] if "tau_est" in e
                                                       and e["step"] > meta["best"]["step"])
+    interval = {"t": time.time(), "labels": 0, "steps": 0}
+
     def record(step: int, loss, acc) -> None:
         """Evaluate tau_est, log it, keep the best params (loss and acc are None for the --init checkpoint)."""
         nonlocal best, since_best
+        train_s = time.time() - interval["t"]
         tau = evaluate(params) if val_batches else []
         entry = {"step": step, "loss": None if loss is None else round(float(loss), 4),
                  "acc_pos1": None if acc is None else round(float(acc), 4),
                  "s": round(wall0 + time.time() - t0, 1), "tau_est": tau}
+        if interval["steps"]:
+            entry["labels_per_s"] = round(int(interval["labels"]) / train_s, 1)
         meta["log"].append(entry)
         score = max(tau) if tau else -float(loss)
         if meta["best"] is None or score > meta["best"]["score"]:
             meta["best"], best, since_best = {"step": step, "score": score, "tau_est": tau}, params, 0
         else:
             since_best += 1
-        tqdm.write(f"{name} step {step}: loss {entry['loss']} acc_pos1 {entry['acc_pos1']} tau_est(K=1..) {tau}")
+        tqdm.write(f"{name} step {step}: loss {entry['loss']} acc_pos1 {entry['acc_pos1']} tau_est(K=1..) {tau} "
+                   f"labels/s {entry.get('labels_per_s')}")
+        interval.update(t=time.time(), labels=0, steps=0)
 
     if step == 0 and args.init and val_batches:  # the starting point of a fine-tune, and the state to beat
         record(0, None, None)
     bar = tqdm(total=args.steps, initial=step, desc=f"train {name}", unit="step")
     while step < args.steps and time.time() < deadline and since_best < args.patience:
-        rng = np.random.default_rng([args.seed, step])
-        rows = rng.choice(len(data), args.batch, replace=len(data) < args.batch)
-        batch = batch_of(data, rows, args.seq_len, columns)
-        batch["anchors"], batch["anchor_valid"] = sample_anchors(rng, batch["lengths"], batch["prompt_lens"],
-                                                                 args.anchors)
-        params, opt_state, loss, acc = update(params, opt_state, batch)
+        batch = train_batch(data, args, step, columns, buckets)
+        params, opt_state, loss, (acc, labels) = update(params, opt_state, batch, frozen)
+        interval["labels"] += labels
+        interval["steps"] += 1
         step += 1
         bar.update(1)
         if step % args.eval_every == 0 or step == args.steps:
+            jax.block_until_ready(loss)
             record(step, loss, acc)
             bar.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{float(acc):.3f}", best=f"{meta['best']['score']:.2f}")
         if step % args.save_every == 0:
             meta.update(step=step, wall_s=round(wall0 + time.time() - t0, 1))
             save_state(work, params, opt_state, meta, best)
     bar.close()
+    if interval["steps"]:  # steps since the last evaluation (a --max-minutes or patience stop) are evaluated too
+        jax.block_until_ready(loss)
+        record(step, loss, acc)
     meta.update(step=step, wall_s=round(wall0 + time.time() - t0, 1))
     save_state(work, params, opt_state, meta, best)
     return (best if best is not None else params), {"steps": step, "wall_s": meta["wall_s"], "log": meta["log"],
@@ -420,7 +483,25 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
 # ---------------------------------------------------------------- drafters
 
 
-def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
+@dataclass
+class Objective:
+    """What train() optimizes for one drafter kind: the starting params, loss_fn(params, batch, frozen) -> (loss,
+    (acc, trained label positions)), runs_fn for tau_est, the target layers it reads, features(batch) -> their
+    values, their stored feature columns (None: computed per batch), the largest K of tau_est, save(params, log,
+    data, val) -> the checkpoint, and the frozen arrays both functions read (target weights, head)."""
+
+    params: dict
+    loss_fn: Callable
+    runs_fn: Callable
+    feature_layers: tuple[int, ...]
+    features: Callable
+    columns: np.ndarray | None
+    max_k: int
+    save: Callable[..., Path]
+    frozen: dict
+
+
+def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     vocab_size = target.cfg.vocab_size
     if args.init:
         drafter = dflash.load(target, args.init)
@@ -434,32 +515,83 @@ def train_dflash(target: Target, data: Sequences, val: Sequences, args, work: Pa
         if args.draft_vocab < vocab_size:  # the most frequent response tokens of the training data
             counts = np.bincount(response_tokens(data), minlength=vocab_size)
             draft_ids = np.arange(args.draft_vocab) + eagle3.draft_vocab_map(counts, args.draft_vocab)
-    params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     head = shared_head(target.params)
     if draft_ids is not None:
         head = dflash.restricted_head(head, draft_ids)
     to_vocab = np.full(vocab_size, -1, np.int32)
     to_vocab[np.arange(vocab_size) if draft_ids is None else draft_ids] = np.arange(head_width(head))
     to_vocab, ids_map = jnp.asarray(to_vocab), None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
-    columns = None if args.soft else feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
     feats_of = features_fn(target, cfg.target_layer_ids)
+    frozen = {"target": target.params, "head": head, "to_vocab": to_vocab, "ids_map": ids_map}
 
-    def loss_fn(p, b):
-        feats, last = feats_of(b, with_last=bool(args.soft))
-        return dflash_loss(p, cfg, head, feats, b, args.gamma, to_vocab, last, args.soft)
+    def loss_fn(p, b, fz):
+        feats, last = feats_of(b, bool(args.soft), fz["target"])
+        return dflash_loss(p, cfg, fz["head"], feats, b, args.gamma, fz["to_vocab"], last, args.soft)
 
-    def runs_fn(p, b):
-        return dflash_runs(p, cfg, head, feats_of(b)[0], b, ids_map)
+    def runs_fn(p, b, fz):
+        return dflash_runs(p, cfg, fz["head"], feats_of(b, False, fz["target"])[0], b, fz["ids_map"])
 
-    params, log = train("dflash", loss_fn, runs_fn, params, data, val, args, work / "dflash", columns,
-                        cfg.block_size - 1)
-    d2t = None if draft_ids is None else draft_ids - np.arange(len(draft_ids))
-    out = dflash.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16", d2t=d2t)
-    write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
-                                                     "target_layer_ids": list(cfg.target_layer_ids),
-                                                     "intermediate_size": cfg.body.intermediate_size,
-                                                     "draft_vocab_size": head_width(head)})
-    return out
+    def save(params, log: dict, data: Sequences, val: Sequences) -> Path:
+        d2t = None if draft_ids is None else draft_ids - np.arange(len(draft_ids))
+        out = dflash.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16", d2t=d2t)
+        write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
+                                                         "target_layer_ids": list(cfg.target_layer_ids),
+                                                         "intermediate_size": cfg.body.intermediate_size,
+                                                         "draft_vocab_size": head_width(head)})
+        return out
+
+    columns = None if args.soft else feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
+    return Objective(jax.tree.map(lambda a: a.astype(jnp.float32), params), loss_fn, runs_fn, cfg.target_layer_ids,
+                     lambda b: feats_of(b)[0], columns, cfg.block_size - 1, save, frozen)
+
+
+def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
+    if args.init:
+        drafter = eagle3.load(target, args.init)
+        cfg, params, d2t = drafter.cfg, drafter.params, drafter.d2t
+    else:
+        counts = np.bincount(data.tokens, minlength=target.cfg.vocab_size)
+        cfg, params, d2t = eagle3.init_eagle3(target, args.draft_vocab, counts, seed=args.seed,
+                                              intermediate_size=args.intermediate)
+    params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
+    t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
+    embed = params.get("embed", target.params["embed"])
+    feats_of = features_fn(target, cfg.feature_layers)
+    target_head = dflash.restricted_head(shared_head(target.params), np.arange(len(d2t)) + np.asarray(d2t))
+    k_eval = args.block_size - 1
+    frozen = {"target": target.params, "embed": embed, "t2d": t2d, "target_head": target_head}
+
+    def loss_fn(p, b, fz):
+        feats, last = feats_of(b, bool(args.soft), fz["target"])
+        return eagle3_loss(p, cfg, fz["embed"], fz["t2d"], feats, b, args.ttt_steps, fz["target_head"], last,
+                           args.soft)
+
+    def runs_fn(p, b, fz):
+        return eagle3_runs(p, cfg, fz["embed"], fz["t2d"], feats_of(b, False, fz["target"])[0], b, k_eval)
+
+    def save(params, log: dict, data: Sequences, val: Sequences) -> Path:
+        out = eagle3.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, np.asarray(d2t),
+                                 dtype="bfloat16")
+        write_card(out, "eagle3", args, data, val, log, {"draft_vocab_size": cfg.draft_vocab_size,
+                                                         "feature_layers": list(cfg.feature_layers),
+                                                         "ttt_steps": args.ttt_steps,
+                                                         "intermediate_size": cfg.body.intermediate_size})
+        return out
+
+    columns = None if args.soft else feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
+    return Objective(params, loss_fn, runs_fn, cfg.feature_layers, lambda b: feats_of(b)[0], columns, k_eval, save,
+                     frozen)
+
+
+OBJECTIVES = {"dflash": dflash_objective, "eagle3": eagle3_objective}
+
+
+def train_drafter(kind: str, target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
+    """Train one drafter kind from args (fresh or --init) and save it with its card."""
+    obj = OBJECTIVES[kind](target, data, args)
+    params, log = train(kind, obj.loss_fn, obj.runs_fn, obj.params, data, val, args, work / kind, obj.columns,
+                        obj.max_k, obj.features, obj.frozen)
+    return obj.save(params, log, data, val)
 
 
 def head_width(head: dict) -> int:
@@ -471,39 +603,6 @@ def response_tokens(data: Sequences) -> np.ndarray:
     """Every response token of the data (prompts excluded)."""
     return np.concatenate([data.tokens[data.offsets[r] + data.prompt_lens[r]:data.offsets[r + 1]]
                            for r in range(len(data))])
-
-
-def train_eagle3(target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
-    if args.init:
-        drafter = eagle3.load(target, args.init)
-        cfg, params, d2t = drafter.cfg, drafter.params, drafter.d2t
-    else:
-        counts = np.bincount(data.tokens, minlength=target.cfg.vocab_size)
-        cfg, params, d2t = eagle3.init_eagle3(target, args.draft_vocab, counts, seed=args.seed,
-                                              intermediate_size=args.intermediate)
-    params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
-    t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
-    embed = params.get("embed", target.params["embed"])
-    columns = None if args.soft else feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
-    feats_of = features_fn(target, cfg.feature_layers)
-    target_head = dflash.restricted_head(shared_head(target.params), np.arange(len(d2t)) + np.asarray(d2t))
-
-    def loss_fn(p, b):
-        feats, last = feats_of(b, with_last=bool(args.soft))
-        return eagle3_loss(p, cfg, embed, t2d, feats, b, args.ttt_steps, target_head, last, args.soft)
-
-    k_eval = args.block_size - 1
-
-    def runs_fn(p, b):
-        return eagle3_runs(p, cfg, embed, t2d, feats_of(b)[0], b, k_eval)
-
-    params, log = train("eagle3", loss_fn, runs_fn, params, data, val, args, work / "eagle3", columns, k_eval)
-    out = eagle3.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, np.asarray(d2t), dtype="bfloat16")
-    write_card(out, "eagle3", args, data, val, log, {"draft_vocab_size": cfg.draft_vocab_size,
-                                                     "feature_layers": list(cfg.feature_layers),
-                                                     "ttt_steps": args.ttt_steps,
-                                                     "intermediate_size": cfg.body.intermediate_size})
-    return out
 
 
 def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> list[float]:
@@ -540,6 +639,7 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                      "sha256": hashlib.sha256(data.tokens.tobytes()).hexdigest()[:16],
                      "validation_sha256": hashlib.sha256(val.tokens.tobytes()).hexdigest()[:16]},
             "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
+                         "bucket": args.bucket,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"],
                          "draft_vocab": args.draft_vocab, "init": args.init},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
@@ -593,6 +693,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--patience", type=int, default=4, help="evaluations without a better tau_est before stopping")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=448)
+    ap.add_argument("--bucket", type=int, default=64,
+                    help="batch sequences of similar length, padded to a multiple of this (0: all to --seq-len)")
     ap.add_argument("--anchors", type=int, default=48, help="blocks per sequence per step (without replacement)")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--gamma", type=float, default=7.0)
@@ -625,6 +727,7 @@ def main(argv: list[str] | None = None) -> None:
     parts = [load_sequences(args.data, not args.no_stored_features)] if args.data else []
     if args.export:
         layers = parts[0].feature_layers if parts else distill.feature_layers(target.cfg.num_layers)
+        print(f"continuing the rejection prefixes of {args.export} with the target ...", flush=True)
         parts.append(export_sequences(target, Path(args.export), args.export_weight, args.max_new, layers))
     if not parts:
         raise SystemExit("no data: pass --data DIR (python -m experiments.distill) and/or --export DIR")
@@ -637,17 +740,20 @@ def main(argv: list[str] | None = None) -> None:
             if args.update_card:
                 record_evaluation(Path(checkpoint), ",".join(args.data or []), tau, args.command)
         return
-    train_rows, val_rows = split_validation(len(data), args.val, args.seed, args.val_pool)
-    if args.limit_sequences:
-        train_rows = train_rows[:args.limit_sequences]
+    # the validation split comes from the --data sequences (export rows are repeated copies: they would leak)
+    n_data = len(parts[0]) if args.data else len(data)
+    pool = n_data if args.val_pool is None else min(args.val_pool, n_data)
+    train_rows, val_rows = split_validation(len(data), args.val, args.seed, pool)
+    if args.limit_sequences:  # limits the --data sequences; every export row stays
+        train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],
+                                     train_rows[train_rows >= n_data]])
     train_set, val = data.subset(train_rows), data.subset(val_rows)
     print(f"data: {len(train_set)} training sequences ({len(train_set.tokens)} tokens), {len(val)} validation; "
           f"features {'stored' if data.features is not None else 'computed per batch'}", flush=True)
     work = Path(args.work)
     kinds = ["dflash", "eagle3"] if args.drafter == "both" else [args.drafter]
-    trainers = {"dflash": train_dflash, "eagle3": train_eagle3}
     for kind in kinds:
-        print("saved", trainers[kind](target, train_set, val, args, work), flush=True)
+        print("saved", train_drafter(kind, target, train_set, val, args, work), flush=True)
 
 
 if __name__ == "__main__":

@@ -522,3 +522,18 @@ def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_o
     picks = np.argmax(np.asarray(dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), anchors)), -1)
     drafts = np.asarray(d.draft_ids)[picks[0]] if d.draft_ids is not None else picks[0]
     assert [drafts[i, :len(s.drafted)].tolist() for i, s in enumerate(run.steps)] == [s.drafted for s in run.steps]
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_attention_over_key_parts_equals_attention_over_their_concatenation(with_sinks):
+    """The drafter's block attends to (context cache, own block) as parts, never building their concatenation."""
+    from engine.model import attention
+
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(2, 3, 4, 8)), jnp.float32)
+    ks = [jnp.asarray(rng.normal(size=(2, 2, n, 8)), jnp.float32) for n in (5, 3)]
+    vs = [jnp.asarray(rng.normal(size=(2, 2, n, 8)), jnp.float32) for n in (5, 3)]
+    mask = jnp.asarray(rng.random((2, 3, 8)) < 0.7).at[..., 0].set(True)
+    sinks = jnp.asarray(rng.normal(size=4), jnp.float32) if with_sinks else None
+    whole = attention(q, jnp.concatenate(ks, 2), jnp.concatenate(vs, 2), mask, sinks)
+    np.testing.assert_allclose(attention(q, tuple(ks), tuple(vs), mask, sinks), whole, rtol=1e-6, atol=1e-6)

@@ -121,16 +121,17 @@ def test_finetune_evaluates_its_init_and_keeps_it_when_training_never_beats_it(t
     args = train_drafter.parse_args(["--init", "some/checkpoint", "--steps", "4", "--eval-every", "2", "--batch", "2",
                                      "--seq-len", "10", "--anchors", "3", "--lr", "0.1", "--patience", "5"])
 
-    def loss_fn(p, b):  # training pulls w toward 1 ...
-        return (p["w"] - 1.0) ** 2, jnp.zeros(())
+    def loss_fn(p, b, frozen):  # training pulls w toward 1 ...
+        return (p["w"] - 1.0) ** 2, (jnp.zeros(()), b["anchor_valid"].sum())
 
-    def runs_fn(p, b):  # ... while the accepted runs shrink as w grows
+    def runs_fn(p, b, frozen):  # ... while the accepted runs shrink as w grows
         return jnp.broadcast_to(jnp.floor(3.0 * (1.0 - p["w"])).astype(jnp.int32), b["anchors"].shape)
 
     best, log = train_drafter.train("toy", loss_fn, runs_fn, {"w": jnp.zeros(())}, seqs, seqs, args, tmp_path, None, 3)
     assert [e["step"] for e in log["log"]] == [0, 2, 4] and log["log"][0]["loss"] is None
     assert log["log"][0]["tau_est"] == [2.0, 3.0, 4.0] and log["best"]["step"] == 0
     assert float(best["w"]) == 0.0
+    assert "labels_per_s" not in log["log"][0] and all(e["labels_per_s"] > 0 for e in log["log"][1:])
     assert all(max(e["tau_est"]) < 4.0 for e in log["log"][1:])
 
 
@@ -175,6 +176,32 @@ def test_anchors_cover_every_valid_response_position_when_enough_are_asked():
     for a, v, n, p in zip(anchors, valid, lengths, prompt_lens, strict=True):
         assert a[v].tolist() == list(range(p - 1, n - 1))  # every anchor whose next token is a response token
         assert not a[~v].any()
+
+
+def test_length_buckets_cover_every_sequence_and_pad_each_batch_to_its_bucket():
+    lengths = np.array([5, 60, 64, 65, 130, 500, 7, 200])
+    seqs = train_drafter.Sequences(np.zeros(lengths.sum(), np.int32), train_drafter.offsets_of(lengths),
+                                   np.full(len(lengths), 2, np.int32))
+    args = train_drafter.parse_args(["--bucket", "64", "--seq-len", "448", "--batch", "2", "--anchors", "4"])
+    buckets = train_drafter.length_buckets(seqs, args.seq_len, args.bucket)
+    assert sorted(np.concatenate(buckets).tolist()) == list(range(len(lengths)))  # a partition
+    assert [sorted(b.tolist()) for b in buckets] == [[0, 1, 2, 6], [3], [4], [7], [5]]
+    seen = set()
+    for step in range(60):
+        batch = train_drafter.train_batch(seqs, args, step, None, buckets)
+        width = batch["tokens"].shape[1]
+        assert width == min(448, -(-int(batch["lengths"].max()) // 64) * 64)  # the longest, rounded up to 64
+        seen |= {width}
+    assert seen == {64, 128, 192, 256, 448}  # every bucket is drawn
+    every = train_drafter.parse_args(["--bucket", "64", "--batch", "3", "--anchors", "512"])
+    for step in range(20):  # anchor columns: as many as the fullest sequence needs, rounded up to the bucket
+        batch = train_drafter.train_batch(seqs, every, step, None, buckets)
+        fill = batch["lengths"] - batch["prompt_lens"]  # every response position is an anchor
+        assert batch["anchor_valid"].sum(1).tolist() == fill.tolist()
+        assert batch["anchors"].shape[1] == -(-int(fill.max()) // 64) * 64
+    assert train_drafter.length_buckets(seqs, 448, 0)[0].tolist() == list(range(len(lengths)))
+    args0 = train_drafter.parse_args(["--bucket", "0", "--batch", "2"])
+    assert train_drafter.train_batch(seqs, args0, 0, None, [np.arange(len(lengths))])["tokens"].shape[1] == 448
 
 
 def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(target, tmp_path):

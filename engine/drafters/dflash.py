@@ -348,9 +348,7 @@ def block_layer(cfg: DFlashConfig, lp: dict, x: jax.Array, positions: jax.Array,
     b, t, _ = x.shape
     q = linear_bias(h, lp, "wq", "bq").reshape(b, t, body.num_heads, body.head_dim)
     q = rope(rms_norm(q, lp["q_norm"], body.rms_eps), positions, jnp.asarray(body.inv_freq()), body.attention_factor())
-    k = jnp.concatenate([ctx_k.astype(jnp.float32), k_blk], axis=2)
-    v = jnp.concatenate([ctx_v.astype(jnp.float32), v_blk], axis=2)
-    x = x + linear_bias(attention(q, k, v, mask), lp, "wo", "bo")
+    x = x + linear_bias(attention(q, (ctx_k, k_blk), (ctx_v, v_blk), mask), lp, "wo", "bo")
     h = rms_norm(x, lp["mlp_norm"], body.rms_eps)
     return x + linear(jax.nn.silu(linear(h, lp["w_gate"])) * linear(h, lp["w_up"]), lp["w_down"])
 
@@ -461,24 +459,27 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
 
     features [B, T, F*Ht] (target features of every token, concatenated in target_layer_ids order),
     tokens [B, T], anchors [B, A] (positions < T). Anchor a's block [tokens[a], MASK...] at positions
-    a..a+B-1 sees the context rows < a and its own block bidirectionally, no other block. Row i of
-    block a predicts tokens[a+i] (see dflash_labels). head = shared_head(target params), frozen.
+    a..a+B-1 sees the context rows < a and its own block (under the layer's window and causality), no other
+    block. Row i of block a predicts tokens[a+i] (see dflash_labels). head = shared_head(target params), frozen.
     """
     b, t = tokens.shape
-    n_anchors, size = anchors.shape[1], cfg.block_size
+    size = cfg.block_size
     c = fuse_context(params, cfg, features)
     ctx_positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     ctx_k, ctx_v = context_kv(params, cfg, c, ctx_positions)
     anchor_ids = jnp.take_along_axis(tokens, anchors, axis=1)
-    ids = jnp.concatenate([anchor_ids[..., None], jnp.full((b, n_anchors, size - 1), cfg.mask_token_id)], axis=-1)
-    positions = (anchors[..., None] + jnp.arange(size)).reshape(b, n_anchors * size)
-    row_anchor = jnp.repeat(anchors, size, axis=1)  # [B, A*size]
-    ctx_mask = jnp.arange(t)[None, None, :] < row_anchor[:, :, None]
-    owner = jnp.repeat(jnp.arange(n_anchors), size)
-    blk_mask = jnp.broadcast_to(owner[:, None] == owner[None, :], (b, n_anchors * size, n_anchors * size))
-    h = run_block(params, cfg, embed(head, ids.reshape(b, -1)), positions, ctx_k, ctx_v, ctx_positions, ctx_mask,
-                  blk_mask)
-    return head_logits(head, h.reshape(b, n_anchors, size, -1)[:, :, 1:])
+    ids = jnp.concatenate([anchor_ids[..., None], jnp.full((b, anchors.shape[1], size - 1), cfg.mask_token_id)],
+                          axis=-1)  # [B, A, size]
+    own_block = jnp.ones((b, size, size), bool)
+
+    def one_block(block_ids: jax.Array, anchor: jax.Array) -> jax.Array:  # [B, size], [B] -> [B, size, H]
+        ctx_visible = jnp.broadcast_to(jnp.arange(t)[None, None, :] < anchor[:, None, None], (b, size, t))
+        return run_block(params, cfg, embed(head, block_ids), anchor[:, None] + jnp.arange(size), ctx_k, ctx_v,
+                         ctx_positions, ctx_visible, own_block)
+
+    # blocks mapped over anchors against the one context K/V: memory and work linear in the number of anchors
+    h = jax.vmap(one_block, in_axes=(1, 1), out_axes=1)(ids, anchors)  # [B, A, size, H]
+    return head_logits(head, h[:, :, 1:])
 
 
 def dflash_labels(tokens: jax.Array, anchors: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
