@@ -79,7 +79,7 @@ def embedded_model_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def _layer_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[str, bool]]:
+def layer_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[str, bool]]:
     """The plain (non-expert) tensors of layer i: our name -> (HF suffix, transpose)."""
     skip = set()
     if not cfg.qk_norm:
@@ -147,7 +147,7 @@ def build_params(cfg: ModelConfig, get: Getter, dtype: str, has: Callable[[str],
     layers = []
     for i in range(cfg.num_layers):
         layer = {}
-        for name, (suffix, transpose) in _layer_keys(cfg, i).items():
+        for name, (suffix, transpose) in layer_keys(cfg, i).items():
             full = f"model.layers.{i}.{suffix}"
             a = _check_shape(full, np.asarray(get(full)), _hf_shape(ours[name], transpose))
             layer[name] = mat(a, transpose, keep_f32=name == "router")  # routing decisions in float32
@@ -187,7 +187,7 @@ def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for i in range(cfg.num_layers):
         shapes |= {f"model.layers.{i}.{suffix}": _hf_shape(ours[n], t)
-                   for n, (suffix, t) in _layer_keys(cfg, i).items()}
+                   for n, (suffix, t) in layer_keys(cfg, i).items()}
         if not cfg.is_moe(i):
             continue
         p = f"model.layers.{i}.mlp.experts."
