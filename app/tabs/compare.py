@@ -44,6 +44,16 @@ from .generate import MAX_NEW, status_of
 SLOTS = 4
 
 
+class DrafterChecks(gr.CheckboxGroup):
+    """The drafters to compare, as checkboxes. Labels pass through unchecked and compare() refuses one that is not
+    loaded, so a drafter loaded by path after the page was built (absent from the choices here) compares too."""
+
+    is_template = True  # rendered as the CheckboxGroup it is
+
+    def preprocess(self, payload: list[str] | None) -> list[str]:
+        return list(payload or [])
+
+
 def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature: float, max_new,
             request: gr.Request | None = None) -> Iterator[list]:
     """Run each drafter in turn (ar first), streaming every slot's header, block view and plain output. K None:
@@ -114,7 +124,7 @@ def build(wb: Workbench, tab: gr.Tab, generate_prompt: gr.Textbox) -> None:
             example_table(wb, prompt)
         with gr.Column(scale=2):
             default = ["ar", best_drafter(wb)] if best_drafter(wb) != "ar" else ["ar"]
-            labels = gr.CheckboxGroup(choices=wb.drafter_labels, value=default, label="drafters (2-4)",
+            labels = DrafterChecks(choices=wb.drafter_labels, value=default, label="drafters (2-4)",
                                       elem_id="cmp-drafters")
             with gr.Row():
                 k = gr.Textbox(value="", label=k_label(wb), placeholder="each drafter's default", elem_id="cmp-k")
