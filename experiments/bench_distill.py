@@ -1,6 +1,7 @@
 """Throughput of the data engine (engine.continuous) at several slot counts, to choose --slots by measurement.
 
     python -m experiments.bench_distill [--slots 32,48] [--prompts 240] [--max-prompt 176] [--max-new 192]
+        [--target PATH]
 
 Each slot count first compiles on a warm-up queue, then answers the same prompts (the v3 training mix); printed per
 slot count: response tok/s over the whole queue, the tok/s until the queue ran dry (the steady state a long run
@@ -51,8 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-prompt", type=int, default=176)
     ap.add_argument("--max-new", type=int, default=192)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--target", default=None, help="HF directory or .gguf (default: embedded SmolLM2-135M)")
     a = ap.parse_args(argv)
-    target = load_target()
+    target = load_target(a.target)
     ids = [x for x in (target.encode(r["prompt"]) for r in build_prompts(a.prompts * 2, a.seed, MIX))
            if len(x) <= a.max_prompt]
     cache_len = continuous.cache_len_for_queue(a.max_prompt, a.max_new, STEPS_PER_CALL)

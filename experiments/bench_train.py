@@ -1,6 +1,6 @@
 """Training throughput: trained label positions per second of a drafter's update step, one row per configuration.
 
-    python -m experiments.bench_train --drafter dflash --data data/distill-v3 --steps 6 \
+    python -m experiments.bench_train --drafter dflash --data data/distill-v3 --steps 6 [--target PATH] [--json] \
         --config "--anchors 48 --batch 4" --config "--anchors 512 --batch 4" --config "--anchors 512 --batch 8"
 Each --config is a set of experiments.train_drafter flags over the shared ones after `--`. Every configuration runs
 the same update step train_drafter runs for --steps steps, each blocked on its result; a step that compiles a new
@@ -35,10 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", action="append", required=True)
     ap.add_argument("--config", action="append", required=True, help="train_drafter flags of one configuration")
     ap.add_argument("--steps", type=int, default=12, help="steps per configuration (compiling ones untimed)")
+    ap.add_argument("--target", default=None, help="HF directory or .gguf (default: embedded SmolLM2-135M)")
     ap.add_argument("--json", action="store_true")
     args, shared = ap.parse_known_args(argv)
     shared = [a for a in shared if a != "--"]
-    target = load_target()
+    target = load_target(args.target)
     data = td.load_sequences(args.data, with_features=False)
     runs = []
     for config in args.config:

@@ -640,7 +640,8 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                      "validation_sha256": hashlib.sha256(val.tokens.tobytes()).hexdigest()[:16]},
             "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
                          "bucket": args.bucket,
-                         "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "wall_s": log["wall_s"],
+                         "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "soft": args.soft,
+                         "wall_s": log["wall_s"],
                          "draft_vocab": args.draft_vocab, "init": args.init},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}

@@ -5,9 +5,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh dev
 if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: browser tests will skip"
+    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: browser tests will skip (under CI=true the run fails)"
   else
-    echo "chromium missing and not root: browser tests will skip"
+    echo "chromium missing and not root: browser tests will skip (under CI=true the run fails)"
   fi
 fi
 # under CI=true the test run itself refuses to start with chromium, torch or transformers missing (tests/conftest.py)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the embedded target (once per session); the workbench app (once per module).
+"""Shared fixtures: the embedded target, its plain greedy references and transformers' GGUF-loaded copy of it (once
+per session); the workbench app (once per module).
 
 Tests that use either (or the mesh worker) are marked `slow` here; those that load the embedded model in a CLI
 subprocess carry the mark themselves; `pytest -m "not slow"` is the fast tier. Under CI (CI=true) a run with any
@@ -7,6 +8,7 @@ dependency the tests need missing fails at once instead of skipping what needs i
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import shutil
@@ -22,7 +24,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 REQUIRED_MODULES = ("torch", "transformers", "accelerate", "playwright", "kaleido")  # reference tests, browser, PNG
-SLOW_FIXTURES = {"target", "app_server", "mesh_run"}  # each loads the embedded model (mesh_run: in a subprocess)
+# each loads the embedded model (mesh_run: in a subprocess)
+SLOW_FIXTURES = {"target", "greedy", "hf_smollm2", "app_server", "mesh_run"}
 
 
 def missing_dependencies() -> list[str]:
@@ -57,6 +60,23 @@ def target():
     from engine import load_target
 
     return load_target()
+
+
+@pytest.fixture(scope="session")
+def greedy(target):
+    """greedy(prompt, max_new_tokens) -> the embedded target's plain greedy GenerationResult, each computed once."""
+    from engine import generate
+
+    return functools.cache(lambda prompt, max_new_tokens: generate(target, prompt, max_new_tokens=max_new_tokens))
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(target):
+    """transformers' own model of the embedded GGUF (float32, eval mode): the reference our loader must match."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoModelForCausalLM.from_pretrained(str(target.path.parent), gguf_file=target.path.name,
+                                                             dtype=torch.float32).eval()
 
 
 def free_port() -> int:

@@ -104,6 +104,7 @@ def generated(page, target) -> dict[str, str]:
     open_tab(page, "Generate")
     page.fill("#gen-prompt textarea", PROMPT)
     page.fill("#gen-max input", "48")
+    page.fill("#gen-temperature input", "0")
     drafter = page.input_value("#gen-drafter input")
     k = int(page.input_value("#gen-k input"))
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
@@ -131,14 +132,17 @@ def test_generate_shows_accepted_rejected_and_bonus(page, shots, generated):
 
 
 def test_temperature_typed_below_zero_is_refused_and_runs_nothing(page, app_server):
+    open_tab(page, "Generate")
     runs = len(open_history(app_server[1]).list_runs())
     page.fill("#gen-prompt textarea", "Name a colour.")
     page.fill("#gen-temperature input", "-1")
-    page.click("#gen-run")
-    page.wait_for_function("() => document.body.innerText.includes('Value -1 is less than minimum value 0')")
-    assert page.input_value("#gen-temperature input") == "-1"  # kept as typed, not clamped to greedy
-    assert len(open_history(app_server[1]).list_runs()) == runs
-    page.fill("#gen-temperature input", "0")
+    try:
+        page.click("#gen-run")
+        page.wait_for_function("() => document.body.innerText.includes('Value -1 is less than minimum value 0')")
+        assert page.input_value("#gen-temperature input") == "-1"  # kept as typed, not clamped to greedy
+        assert len(open_history(app_server[1]).list_runs()) == runs
+    finally:  # the page is the module's: leave it greedy
+        page.fill("#gen-temperature input", "0")
 
 
 # Records every text #gen-status shows (a MutationObserver sees each update, however briefly it is on screen).
@@ -162,6 +166,7 @@ def test_a_long_prompt_shows_its_prefill_progress(page):
 
 
 def test_markup_in_prompt_stays_text(page, shots):
+    open_tab(page, "Generate")
     page.fill("#gen-prompt textarea", HOSTILE)
     page.fill("#gen-max input", "8")
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
@@ -239,7 +244,7 @@ def test_two_sweeps_a_moment_apart_are_both_listed_and_drawn(page):
     page.wait_for_function("() => document.querySelectorAll('#kf-plot .scatterlayer .trace').length >= 2")
 
 
-def test_acceptance_plots(page, shots):
+def test_acceptance_plots(page, shots, generated):  # a finished run to plot
     open_tab(page, "Acceptance")
     page.wait_for_selector("#acc-survival .js-plotly-plot .scatterlayer .trace")
     shot(page, shots / "5-acceptance.png")

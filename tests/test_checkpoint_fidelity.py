@@ -17,17 +17,14 @@ CHECKPOINTS = {"dflash": dflash.DEFAULT_CHECKPOINT, "eagle3": eagle3.DEFAULT_CHE
 DFLASH_AUTO_MAP = {"AutoModel": "dflash.DFlashDraftModel"}
 
 
-def test_last_layer_feature_is_hf_post_norm_hidden_state(target):
+def test_last_layer_feature_is_hf_post_norm_hidden_state(target, hf_smollm2):
     """On the embedded 30-layer SmolLM2: id 29 == HF hidden_states[30] (after the final norm), id 28 ==
     hidden_states[29] (no norm)."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from tests.test_model_parity import _ours_incremental
 
-    n, path = target.cfg.num_layers, target.path
+    n, path, model = target.cfg.num_layers, target.path, hf_smollm2
     assert n == 30
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
     ids = target.encode("Explain in two sentences why the sky is blue.")
     with torch.no_grad():
         hidden = model(torch.tensor(ids[None].astype(np.int64)), output_hidden_states=True).hidden_states

