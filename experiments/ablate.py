@@ -5,19 +5,22 @@
 
 Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS); a finished arm (its checkpoint
 card exists) is skipped and an interrupted one resumes from its work directory, so the command can be run again
-after a stop. Then one Markdown row per finished arm (OUT/ablations.md): best validation tau_est, its delta against
-the first arm, steps, wall time, trained label positions per second, and tau_est at the first arm's wall time (from
-each curve, for arms whose steps cost more or less).
+after a stop. Then one row per finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best validation
+tau_est, its delta against the first arm, steps, wall time, trained label positions per second, and tau_est at the
+first arm's wall time (from each curve, for arms whose steps cost more or less). `--attach CHECKPOINT` also records
+the table in that drafter's training.json and card.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import time
 from pathlib import Path
 
-from experiments import train_drafter
+from experiments import model_card, train_drafter
 
 ARMS: dict[str, list[str]] = {
     "hard": [],  # cross-entropy on the target's greedy token
@@ -44,26 +47,33 @@ def tau_at_time(curve: list[dict], seconds: float, k: int) -> float | None:
     return done[-1]["tau_est"][min(k, len(done[-1]["tau_est"])) - 1] if done else None
 
 
-def summary(cards: dict[str, dict], k: int) -> str:
-    """Markdown: one row per finished arm (cards in arm order), deltas against the first."""
+def summary(cards: dict[str, dict], k: int, command: str) -> dict:
+    """The ablation record: one row per finished arm (cards in arm order), deltas against the first."""
     def best(card: dict) -> float:
         return max(e["tau_est"][min(k, len(e["tau_est"])) - 1] for e in card["curve"] if e.get("tau_est"))
 
     arms = list(cards)
     base, base_wall = best(cards[arms[0]]), cards[arms[0]]["training"]["wall_s"]
-    lines = [f"| arm | flags | best tau_est K={k} | delta vs {arms[0]} | steps | wall s | labels/s | tau_est K={k} "
-             f"at {base_wall:,.0f} s |", "|" + "---|" * 8]
+    rows = []
     for arm in arms:
         card, tau = cards[arm], best(cards[arm])
         rates = [e["labels_per_s"] for e in card["curve"] if e.get("labels_per_s")]
-        at = tau_at_time(card["curve"], base_wall, k)
-        lines.append(f"| {arm} | `{' '.join(ARMS[arm]) or '(base)'}` | {tau:.3f} | {tau - base:+.3f} | "
-                     f"{card['training']['steps']:,} | {card['training']['wall_s']:,.0f} | "
-                     f"{sum(rates) / len(rates) if rates else 0:,.0f} | {'-' if at is None else f'{at:.3f}'} |")
-    shas = {c["data"]["validation_sha256"] for c in cards.values()}
-    if len(shas) > 1:
-        lines.append("\nThe arms were validated on different sequences: their deltas do not compare.")
-    return "\n".join(lines)
+        rows.append({"arm": arm, "flags": " ".join(ARMS[arm]), "tau_est": round(tau, 4),
+                     "delta": round(tau - base, 4), "steps": card["training"]["steps"],
+                     "wall_s": card["training"]["wall_s"],
+                     "labels_per_s": round(sum(rates) / len(rates), 1) if rates else None,
+                     "tau_est_at_base_wall": tau_at_time(card["curve"], base_wall, k)})
+    return {"k": k, "date": time.strftime("%Y-%m-%d"), "command": command, "base": arms[0], "base_wall_s": base_wall,
+            "same_validation": len({c["data"]["validation_sha256"] for c in cards.values()}) == 1, "rows": rows}
+
+
+def attach(checkpoint: Path, record: dict) -> None:
+    """Record the ablations in a shipped drafter's training.json and rewrite its card."""
+    path = checkpoint / "training.json"
+    card = json.loads(path.read_text())
+    card["ablations"] = record
+    path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    model_card.write_card(checkpoint)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first is the base: {', '.join(ARMS)}")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--table-only", action="store_true", help="tabulate the finished arms, train nothing")
+    ap.add_argument("--attach", metavar="CHECKPOINT", help="also record the table in this drafter's card")
     a, shared = ap.parse_known_args(argv)
     shared = [x for x in shared if x != "--"]
     arms = a.arms.split(",")
@@ -92,9 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     if not cards:
         print("error: no finished arm to tabulate", file=sys.stderr)
         return 2
-    text = summary(cards, a.k)
+    command = "python -m experiments.ablate " + shlex.join(sys.argv[1:] if argv is None else argv)
+    record = summary(cards, a.k, command)
+    (out / "ablations.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    text = "\n".join(model_card.ablation_table(record))
     (out / "ablations.md").write_text(text + "\n", encoding="utf-8")
     print(text)
+    if a.attach:
+        attach(Path(a.attach), record)
     return 0
 
 

@@ -28,6 +28,10 @@ Per (suite, drafter, K) over the same n prompts:
 tok_per_s is then the batch's throughput (all its tokens over the time until its last sequence finished),
 speedup is against `ar` at the same batch size, lossless is per sequence, and `x_ar1` is the throughput over
 `ar`'s at batch 1: where K-Flat ends, batching and drafting compete for the same idle compute.
+
+flat_x ("flat-K x") predicts the speedup on a flat-K profile, where verifying K+1 tokens costs what one `ar` step
+costs (an accelerator's, not this CPU's): tau * (ar verify + ar draft) / (ar verify + draft), from this run's tau
+and draft ms per step.
 """
 
 from __future__ import annotations
@@ -182,11 +186,12 @@ def suite_table(rows: list[dict]) -> str:
         label = r["drafter"] + (f" ({Path(r['checkpoint']).name})" if r.get("checkpoint") else "")
         body.append([label, r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
                      _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
-                     _fmt(r.get("x_ar1"), ".2f") + "x", _fmt(r.get("draft_ms"), ".1f"),
+                     _fmt(r.get("x_ar1"), ".2f") + "x", _fmt(r.get("flat_x"), ".2f") + "x",
+                     _fmt(r.get("draft_ms"), ".1f"),
                      _fmt(r.get("verify_ms"), ".1f"), check, _fmt(r.get("compile_s"), ".1f"),
                      _fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
-    return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "draft ms",
-                       "verify ms", "lossless", "compile s", "ours x"], body)
+    return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "flat-K x",
+                       "draft ms", "verify ms", "lossless", "compile s", "ours x"], body)
 
 
 def load_contenders(target: Target, names: list[str], ks: list[int], batches: tuple[int, ...] = (1,),
@@ -230,10 +235,24 @@ class _Recorder:
 
 
 def scaling_rows(rows: list[dict]) -> None:
-    """Set x_ar1 on every row: its throughput over ar's at batch 1 (when batch 1 ran)."""
-    ar1 = next((r for r in rows if r["drafter"] == "ar" and r["batch"] == 1 and not r.get("peer")), None)
+    """Set x_ar1 on every row: its throughput over ar's at batch 1 (when batch 1 ran); and flat_x (see
+    flat_k_speedup) against ar at the row's batch size."""
+    ours = [r for r in rows if not r.get("peer")]
+    ar1 = next((r for r in ours if r["drafter"] == "ar" and r["batch"] == 1), None)
+    ar = {r["batch"]: r for r in ours if r["drafter"] == "ar"}
     for r in rows:
         r["x_ar1"] = _ratio(r["tok_per_s"], ar1 and ar1["tok_per_s"])
+        base = ar.get(r["batch"])
+        r["flat_x"] = None if r.get("peer") or base is None else flat_k_speedup(r, base)
+
+
+def flat_k_speedup(row: dict, ar: dict) -> float | None:
+    """Predicted speedup over ar on a flat-K profile (an accelerator where verifying K+1 tokens costs what ar's
+    one-token pass costs): tau * (ar verify + ar draft) / (ar verify + draft), with this run's tau and measured
+    draft time per step (None without step times)."""
+    if row["tau"] is None or ar.get("verify_ms") is None or row.get("verify_ms") is None:
+        return None
+    return row["tau"] * (ar["verify_ms"] + ar["draft_ms"]) / (ar["verify_ms"] + row["draft_ms"])
 
 
 def peer_rows(rows: list[dict]) -> None:
@@ -385,7 +404,8 @@ def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Ta
     head = (f"\n{label}: {rows[0]['n']} prompts, max {a.max_new_tokens} new tokens, {mode}, {target.name} "
             f"{target.dtype}; speedup = sum ar decode s / sum decode s at the same batch (peers: ar ms/token / peer "
             "ms/token); draft/verify ms per decode step (one call for the whole batch each); compile s = XLA "
-            "compilation, never timed in tok/s; ours x = peer ms/token / ours (ar for hf-generate, ngram at K for "
+            "compilation, never timed in tok/s; flat-K x = tau * ar step / (ar verify + draft), the speedup if a "
+            "verify cost one ar pass; ours x = peer ms/token / ours (ar for hf-generate, ngram at K for "
             "hf-prompt-lookup)")
     tail = "".join(f"\n{p}" for p in problems)
     bar.write(f"{head}\n{suite_table(rows)}{tail}", file=sys.stdout)

@@ -3,8 +3,9 @@
     python -m experiments.model_card checkpoints/smollm2-135m-dflash checkpoints/smollm2-135m-eagle3
 
 A card says what the drafter is (format and shape), what it was trained on and how (each stage of its lineage with
-its date and command, newest first), its offline tau_est per evaluation set and its measured engine tau and speedup,
-each with the command that produced it. Nothing in it is typed by hand: edit training.json, then rewrite the card.
+its date and command, newest first), the ablations of its recipe, its offline tau_est per evaluation set and its
+measured engine tau and speedup, each with the command that produced it. Nothing in it is typed by hand: edit
+training.json, then rewrite the card.
 """
 
 from __future__ import annotations
@@ -53,6 +54,21 @@ def _stage(card: dict) -> list[str]:
     return lines
 
 
+def ablation_table(record: dict) -> list[str]:
+    """Markdown of an ablation record (experiments.ablate): one line per arm, deltas against the first."""
+    k, base = record["k"], record["base"]
+    lines = [f"| arm | flags | best tau_est K={k} | delta vs {base} | steps | wall s | labels/s | tau_est K={k} "
+             f"at {record['base_wall_s']:,.0f} s |", "|" + "---|" * 8]
+    for r in record["rows"]:
+        at, rate = r["tau_est_at_base_wall"], r["labels_per_s"]
+        lines.append(f"| {r['arm']} | `{r['flags'] or '(base)'}` | {r['tau_est']:.3f} | {r['delta']:+.3f} | "
+                     f"{r['steps']:,} | {r['wall_s']:,.0f} | {'-' if rate is None else f'{rate:,.0f}'} | "
+                     f"{'-' if at is None else f'{at:.3f}'} |")
+    if not record["same_validation"]:
+        lines.append("\nThe arms were validated on different sequences: their deltas do not compare.")
+    return lines
+
+
 def render_card(name: str, card: dict) -> str:
     """The README.md of a drafter checkpoint from its training.json."""
     kind, arch = card["drafter"], dict(card.get("architecture") or {})
@@ -77,6 +93,10 @@ def render_card(name: str, card: dict) -> str:
                   "| eval set | tau_est | date | command |", "|---|---|---|---|"]
         lines += [f"| {e['data']} | {_tau(e['tau_est'])} | {e.get('date', '-')} | `{e['command']}` |"
                   for e in evaluations]
+    if card.get("ablations"):
+        record = card["ablations"]
+        lines += ["", "## Ablations (validation tau_est, same data and validation set)", "", *ablation_table(record),
+                  "", f"Measured {record['date']} with `{record['command']}`."]
     measured = card.get("measured") or []
     if measured:
         lines += ["", "## Engine (measured)", "",

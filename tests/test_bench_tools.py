@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -111,3 +112,11 @@ def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny
     assert [ablate.card_path(out, arm, "dflash").stat().st_mtime_ns for arm in ("hard", "soft")] == stamps
     assert (out / "ablations.md").read_text().count("\n| ") == 2  # the two arms' rows below the header
     assert ablate.main([*argv[:3], "nope", *argv[4:]]) == 2
+    shipped = tmp_path / "shipped"
+    shutil.copytree(ablate.card_path(out, "hard", "dflash").parent, shipped)
+    assert ablate.main([*argv[:4], "--table-only", "--attach", str(shipped), *argv[4:]]) == 0
+    record = json.loads((shipped / "training.json").read_text())["ablations"]
+    assert [r["arm"] for r in record["rows"]] == ["hard", "soft"] and record["same_validation"]
+    assert record["command"].startswith("python -m experiments.ablate --out")
+    readme = (shipped / "README.md").read_text()
+    assert "## Ablations" in readme and "| soft | `--soft 0.9` |" in readme and record["command"] in readme

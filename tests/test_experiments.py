@@ -169,11 +169,16 @@ def test_bench_batches_report_throughput_and_stay_lossless(tmp_path, target):
     assert all(r["lossless"] and r["tok_per_s"] > 0 for r in rows.values())
     assert rows[("ar", 1)]["x_ar1"] == 1.0 and rows[("ar", 2)]["speedup"] == 1.0
     assert rows[("ar", 2)]["x_ar1"] > 1.0  # two sequences per verify pass beat one on throughput
+    for (drafter, b), r in rows.items():  # flat-K: a verify costs one ar step at the same batch, drafting as measured
+        ar = rows[("ar", b)]
+        assert r["flat_x"] == pytest.approx(r["tau"] * (ar["verify_ms"] + ar["draft_ms"]) /
+                                            (ar["verify_ms"] + r["draft_ms"]))
+        assert r["flat_x"] <= r["tau"] and (drafter != "ar" or r["flat_x"] == pytest.approx(1.0))
     # per decode step: one drafter call and one target pass for the whole batch; compilation reported apart
     assert all(r["verify_ms"] > 0 and r["draft_ms"] >= 0 and r["compile_s"] >= 0 for r in rows.values())
     assert any(r["compile_s"] > 0 for r in rows.values())  # each batch size's warm-up compiled something
     table = bench.suite_table(list(rows.values()))
-    assert "draft ms" in table and "verify ms" in table and "compile s" in table
+    assert "draft ms" in table and "verify ms" in table and "compile s" in table and "flat-K x" in table
     runs = open_history(db).query("SELECT prompt_id, lossless FROM runs WHERE drafter = 'ngram' AND suite = 'four'")
     assert sorted(r["prompt_id"] for r in runs) == sorted(["q0", "q1", "q2", "q3"] * 2 + ["q0", "q1", "q2"])
     assert all(r["lossless"] for r in runs)
