@@ -25,6 +25,7 @@ from experiments import model_card, train_drafter
 ARMS: dict[str, list[str]] = {
     "hard": [],  # cross-entropy on the target's greedy token
     "soft": ["--soft", "0.9"],  # 0.9 forward KL to the target's distribution + 0.1 CE
+    "init-top": ["--init-top"],  # draft layers started from the target's top layers
     "anchors-512": ["--anchors", "512"],  # every valid response position per sequence
     "layers-3": ["--layers", "3"],
     "ffn-512": ["--intermediate", "512"],

@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from engine.cache import init_cache
 from engine.drafters import dflash, eagle3
-from engine.drafters.layers import head_logits, shared_head
+from engine.drafters.layers import from_target_layers, head_logits, shared_head
 from engine.model import forward
 from engine.target import Target, load_target
 from experiments import distill, model_card
@@ -511,6 +511,7 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         ids = dflash.default_target_layer_ids(target.cfg.num_layers, args.features)
         cfg, params = dflash.init_dflash(target, args.layers, args.block_size, ids, seed=args.seed,
                                          intermediate_size=args.intermediate)
+        params = start_layers(params, target, args)
         draft_ids = None
         if args.draft_vocab < vocab_size:  # the most frequent response tokens of the training data
             counts = np.bincount(response_tokens(data), minlength=vocab_size)
@@ -553,6 +554,7 @@ def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
         counts = np.bincount(data.tokens, minlength=target.cfg.vocab_size)
         cfg, params, d2t = eagle3.init_eagle3(target, args.draft_vocab, counts, seed=args.seed,
                                               intermediate_size=args.intermediate)
+        params = start_layers(params, target, args)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
     embed = params.get("embed", target.params["embed"])
@@ -584,6 +586,15 @@ def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
 
 
 OBJECTIVES = {"dflash": dflash_objective, "eagle3": eagle3_objective}
+
+
+def start_layers(params: dict, target: Target, args) -> dict:
+    """A fresh drafter's layers, or with --init-top its layers started from the target's top layers."""
+    if not args.init_top:
+        return params
+    if "layer" in params:  # EAGLE-3's one layer
+        return {**params, "layer": from_target_layers([params["layer"]], target.params["layers"])[0]}
+    return {**params, "layers": from_target_layers(params["layers"], target.params["layers"])}
 
 
 def train_drafter(kind: str, target: Target, data: Sequences, val: Sequences, args, work: Path) -> Path:
@@ -642,7 +653,7 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                          "bucket": args.bucket,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "soft": args.soft,
                          "wall_s": log["wall_s"],
-                         "draft_vocab": args.draft_vocab, "init": args.init},
+                         "draft_vocab": args.draft_vocab, "init": args.init, "init_top": args.init_top},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
     card["date"], card["command"] = time.strftime("%Y-%m-%d"), args.command
@@ -689,6 +700,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--export-weight", type=int, default=20)
     ap.add_argument("--max-new", type=int, default=192, help="response length for --export prefixes")
     ap.add_argument("--init", default=None, help="fine-tune this checkpoint instead of a fresh drafter")
+    ap.add_argument("--init-top", action="store_true",
+                    help="start a fresh drafter's layers from the target's top layers (same-named tensors copied)")
     ap.add_argument("--steps", type=int, default=20000, help="upper bound; early stopping usually ends sooner")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--patience", type=int, default=4, help="evaluations without a better tau_est before stopping")

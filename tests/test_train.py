@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from engine import generate, load_drafter
+from engine import generate, load_drafter, load_target
 from engine.drafters import eagle3
 from engine.drafters.dflash import init_dflash, save_dflash
 from experiments import train_drafter
@@ -229,3 +229,31 @@ def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(t
     init = save_dflash(tmp_path / "init", cfg, params)
     out = _train(tmp_path, init, tmp_path / "export", "chain", steps=1)
     assert json.loads((out / "training.json").read_text())["data"]["export"] == str(tmp_path / "export")
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
+def test_init_top_starts_the_drafter_layers_from_the_targets_top_layers(kind, tmp_path):
+    """--init-top: every tensor the target layer also has is the target's (its leading slice for a narrower FFN);
+    the rest stay as initialised."""
+    from experiments.train_drafter import OBJECTIVES, parse_args
+    from tests.test_app_tiny import tiny_llama
+
+    tiny_llama(tmp_path / "t", layers=4)
+    target = load_target(str(tmp_path / "t"))
+    data = train_drafter.Sequences(np.arange(40, dtype=np.int32) % 50 + 10, np.array([0, 20, 40]),
+                                   np.array([5, 5]), None)
+    flags = ["--drafter", kind, "--layers", "2", "--features", "2", "--intermediate", "16", "--draft-vocab", "64"]
+    fresh = OBJECTIVES[kind](target, data, parse_args(flags)).params
+    top = OBJECTIVES[kind](target, data, parse_args([*flags, "--init-top"])).params
+    drafted = top["layers"] if kind == "dflash" else [top["layer"]]
+    before = fresh["layers"] if kind == "dflash" else [fresh["layer"]]
+    tl = target.params["layers"][-len(drafted):]
+    for layer, old, src in zip(drafted, before, tl, strict=True):
+        for name in ("attn_norm", "wo", "w_down", "w_gate", "mlp_norm"):
+            want = np.asarray(src[name], np.float32)[tuple(slice(0, n) for n in layer[name].shape)]
+            np.testing.assert_array_equal(np.asarray(layer[name]), want)
+        assert layer["w_gate"].shape[1] == 16 < src["w_gate"].shape[1]  # the narrower FFN: its first units
+        kept = ["q_norm", "k_norm"] if kind == "dflash" else ["wq", "hidden_norm"]  # not in the target, or wider
+        for name in kept:
+            np.testing.assert_array_equal(np.asarray(layer[name]), np.asarray(old[name]))
+    np.testing.assert_array_equal(np.asarray(top["fc"]), np.asarray(fresh["fc"]))

@@ -231,6 +231,23 @@ def random_layers(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]], 
     return [{name: one(name, shape) for name, shape in shapes.items()} for _ in range(n)]
 
 
+def from_target_layers(layers: list[dict], target_layers: list[dict]) -> list[dict]:
+    """Drafter layers started from the target's last len(layers) layers: each tensor of a shared name is copied,
+    its leading slice where the drafter's is narrower (a narrower FFN keeps the first hidden units); tensors the
+    target lacks or holds smaller (q/k norms, EAGLE-3's doubled input) keep their own values."""
+    if len(layers) > len(target_layers):
+        raise ValueError(f"{len(layers)} drafter layers, but the target has {len(target_layers)}")
+    out = []
+    for lp, tp in zip(layers, target_layers[len(target_layers) - len(layers):], strict=True):
+        new = dict(lp)
+        for name, w in lp.items():
+            src = tp.get(name)
+            if src is not None and src.ndim == w.ndim and all(np.less_equal(w.shape, src.shape)):
+                new[name] = jnp.asarray(src[tuple(slice(0, n) for n in w.shape)], w.dtype)
+        out.append(new)
+    return out
+
+
 def random_matrix(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> jax.Array:
     return jnp.asarray(rng.normal(0.0, INIT_STD, shape).astype(np.float32), dtype=DTYPES[dtype])
 
