@@ -3,12 +3,15 @@
     python -m experiments.ablate --out out/ablate --arms hard,soft,anchors-512 -- --drafter dflash \
         --data data/distill-v3 --val 128 --val-pool 12800 --steps 1500 --eval-every 250 --patience 100
 
-Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS); a finished arm (its checkpoint
-card exists) is skipped and an interrupted one resumes from its work directory, so the command can be run again
-after a stop. Then one row per finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best validation
-tau_est, its delta against the first arm, steps, wall time, trained label positions per second, and tau_est at the
-first arm's wall time (from each curve, for arms whose steps cost more or less). `--attach CHECKPOINT` also records
-the table in that drafter's training.json and card.
+    python -m experiments.ablate --out out/curve --arms data-2.5k,data-5k --arm "data-2.5k=--limit-sequences 2500" \
+        --arm "data-5k=--limit-sequences 5000" -- ...                  # arms of one's own: a data-size curve
+
+Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS, --arm); a finished arm (its
+checkpoint card exists) is skipped and an interrupted one resumes from its work directory, so the command can be run
+again after a stop. Then one row per finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best
+validation tau_est, its delta against the first arm, steps, wall time, trained label positions per second, and
+tau_est at the first arm's wall time (from each curve, for arms whose steps cost more or less). `--attach
+CHECKPOINT` also records the table in that drafter's training.json and card.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ def card_path(out: Path, arm: str, kind: str) -> Path:
     return out / arm / f"{arm}-{kind}" / "training.json"
 
 
-def run_arm(out: Path, arm: str, shared: list[str]) -> None:
-    """Train one arm (or resume it) unless its card exists."""
-    argv = [*shared, *ARMS[arm], "--work", str(out / arm / "work"), "--out", str(out / arm), "--name", arm]
+def run_arm(out: Path, arm: str, flags: list[str], shared: list[str]) -> None:
+    """Train one arm (or resume it)."""
+    argv = [*shared, *flags, "--work", str(out / arm / "work"), "--out", str(out / arm), "--name", arm]
     train_drafter.main(argv)
 
 
@@ -48,7 +51,7 @@ def tau_at_time(curve: list[dict], seconds: float, k: int) -> float | None:
     return done[-1]["tau_est"][min(k, len(done[-1]["tau_est"])) - 1] if done else None
 
 
-def summary(cards: dict[str, dict], k: int, command: str) -> dict:
+def summary(cards: dict[str, dict], flags: dict[str, list[str]], k: int, command: str) -> dict:
     """The ablation record: one row per finished arm (cards in arm order), deltas against the first."""
     def best(card: dict) -> float:
         return max(e["tau_est"][min(k, len(e["tau_est"])) - 1] for e in card["curve"] if e.get("tau_est"))
@@ -59,7 +62,7 @@ def summary(cards: dict[str, dict], k: int, command: str) -> dict:
     for arm in arms:
         card, tau = cards[arm], best(cards[arm])
         rates = [e["labels_per_s"] for e in card["curve"] if e.get("labels_per_s")]
-        rows.append({"arm": arm, "flags": " ".join(ARMS[arm]), "tau_est": round(tau, 4),
+        rows.append({"arm": arm, "flags": shlex.join(flags[arm]), "tau_est": round(tau, 4),
                      "delta": round(tau - base, 4), "steps": card["training"]["steps"],
                      "wall_s": card["training"]["wall_s"],
                      "labels_per_s": round(sum(rates) / len(rates), 1) if rates else None,
@@ -81,15 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/ablate")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, the first is the base: {', '.join(ARMS)}")
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME=FLAGS",
+                    help='define another arm, e.g. --arm "data-5k=--limit-sequences 5000" (repeatable)')
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--table-only", action="store_true", help="tabulate the finished arms, train nothing")
     ap.add_argument("--attach", metavar="CHECKPOINT", help="also record the table in this drafter's card")
     a, shared = ap.parse_known_args(argv)
     shared = [x for x in shared if x != "--"]
+    flags = dict(ARMS)
+    for spec in a.arm:
+        name, sep, arm_flags = spec.partition("=")
+        if not sep or not name:
+            print(f"error: --arm needs NAME=FLAGS, got {spec!r}", file=sys.stderr)
+            return 2
+        flags[name] = shlex.split(arm_flags)
     arms = a.arms.split(",")
-    unknown = [x for x in arms if x not in ARMS]
+    unknown = [x for x in arms if x not in flags]
     if unknown:
-        print(f"error: unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}", file=sys.stderr)
+        print(f"error: unknown arm(s) {', '.join(unknown)}; known: {', '.join(flags)}", file=sys.stderr)
         return 2
     kind = train_drafter.parse_args(shared).drafter
     if kind == "both":
@@ -98,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     for arm in arms:
         if not a.table_only and not card_path(out, arm, kind).is_file():
-            run_arm(out, arm, shared)
+            run_arm(out, arm, flags[arm], shared)
     cards = {arm: json.loads(card_path(out, arm, kind).read_text()) for arm in arms
              if card_path(out, arm, kind).is_file()}
     if not cards:
         print("error: no finished arm to tabulate", file=sys.stderr)
         return 2
     command = "python -m experiments.ablate " + shlex.join(sys.argv[1:] if argv is None else argv)
-    record = summary(cards, a.k, command)
+    record = summary(cards, flags, a.k, command)
     (out / "ablations.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     text = "\n".join(model_card.ablation_table(record))
     (out / "ablations.md").write_text(text + "\n", encoding="utf-8")

@@ -112,6 +112,11 @@ def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny
     assert [ablate.card_path(out, arm, "dflash").stat().st_mtime_ns for arm in ("hard", "soft")] == stamps
     assert (out / "ablations.md").read_text().count("\n| ") == 2  # the two arms' rows below the header
     assert ablate.main([*argv[:3], "nope", *argv[4:]]) == 2
+    rc = ablate.main([*argv[:3], "hard,soft,slow", "--arm", "slow=--lr 1e-5", "--arm", "unused=--batch 1", *argv[4:]])
+    assert rc == 0 and json.loads(ablate.card_path(out, "slow", "dflash").read_text())["training"]["lr"] == 1e-5
+    assert "| slow | `--lr 1e-5` |" in (out / "ablations.md").read_text()
+    assert not (out / "unused").exists()  # defined, not asked for
+    assert ablate.main([*argv[:4], "--arm", "no-equals-sign", *argv[4:]]) == 2
     shipped = tmp_path / "shipped"
     shutil.copytree(ablate.card_path(out, "hard", "dflash").parent, shipped)
     assert ablate.main([*argv[:4], "--table-only", "--attach", str(shipped), *argv[4:]]) == 0
