@@ -20,6 +20,8 @@ from pathlib import Path
 
 from storage import DEFAULT_PATH, History, HistoryError, open_history
 
+from .bench import flat_k_speedup
+
 MAX_POSITIONS = 16
 
 # speedup: sum of ar decode seconds / sum of decode seconds over the prompts of the same bench round (in a batch,
@@ -47,12 +49,14 @@ ORDER BY suite, target, temperature, drafter, k, i
 RESULTS_SQL = """
 WITH b AS (SELECT *, json_extract_string(extra, '$.meta.command') AS command FROM runs
            WHERE status = 'done' AND source = 'bench' AND suite IS NOT NULL),
-ar AS (SELECT comparison_group, n_generated AS ar_n, decode_s AS ar_s FROM b WHERE drafter = 'ar')
+ar AS (SELECT comparison_group, n_generated AS ar_n, decode_s AS ar_s, draft_ms AS ar_d, verify_ms AS ar_v,
+              n_steps AS ar_steps FROM b WHERE drafter = 'ar')
 SELECT command, suite, target, dtype, device_kind, temperature, drafter, k, batch, count(*) AS n_runs,
        min(created_at)::DATE AS day, avg(tau) AS tau, sum(accepted) / nullif(sum(drafted), 0) AS acceptance,
        sum(n_generated) / sum(decode_s) AS tok_per_s,
        (sum(n_generated) / sum(decode_s)) / (sum(ar_n) / sum(ar_s)) AS speedup,
        sum(draft_ms) / sum(n_steps) AS draft_ms, sum(verify_ms) / sum(n_steps) AS verify_ms,
+       sum(ar_d) / sum(ar_steps) AS ar_draft_ms, sum(ar_v) / sum(ar_steps) AS ar_verify_ms,
        count(*) FILTER (WHERE lossless) AS n_lossless, count(lossless) AS n_checked
 FROM b JOIN ar USING (comparison_group)
 WHERE command IS NOT NULL
@@ -246,12 +250,14 @@ def results_section(history: History, command: str) -> str:
             rows, "command", "suite", "target", "dtype", "device_kind", "temperature").items():
         day = min(r["day"] for r in group)
         body = [[r["drafter"], r["k"] or "-", r["batch"], r["n_runs"], _f(r["tau"]), _f(r["acceptance"], ".3f"),
-                 _f(r["tok_per_s"], ".1f"), _f(r["speedup"]) + "x", f"{_f(r['draft_ms'], '.1f')} / "
+                 _f(r["tok_per_s"], ".1f"), _f(r["speedup"]) + "x",
+                 _f(flat_k_speedup(r, {"verify_ms": r["ar_verify_ms"], "draft_ms": r["ar_draft_ms"]})) + "x",
+                 f"{_f(r['draft_ms'], '.1f')} / "
                  f"{_f(r['verify_ms'], '.1f')}", f"{r['n_lossless']}/{r['n_checked']}" if r["n_checked"] else "-"]
                 for r in group]
         parts.append(f"### {suite} · {target} {dtype} · T={temp:g} · {device}\n\nMeasured {day} with `{cmd}`\n\n"
                      + md_table(["drafter", "K", "batch", "runs", "tau", "acceptance", "tok/s", "speedup vs ar",
-                                 "draft / verify ms per step", "lossless"], body))
+                                 "flat-K speedup", "draft / verify ms per step", "lossless"], body))
     sweeps = _groups([r for r in history.list_kflat() if r["extra"].get("command")], "sweep_id")
     for rows in sweeps.values():
         r0 = rows[0]

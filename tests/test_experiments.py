@@ -124,7 +124,10 @@ def test_results_document_is_generated_from_the_history_with_each_tables_command
     assert tables[0][0].startswith("python -m experiments.bench --suite") and "--drafters ar,ngram" in tables[0][0]
     assert tables[1][0].startswith("python -m experiments.kflat --ks 1,2")
     bench_rows = {r[0]: r for r in tables[0][1]}
-    assert set(bench_rows) == {"ar", "ngram"} and bench_rows["ar"][7] == "1.00x" and bench_rows["ngram"][9] == "2/2"
+    assert set(bench_rows) == {"ar", "ngram"} and bench_rows["ar"][7] == "1.00x" and bench_rows["ngram"][10] == "2/2"
+    assert bench_rows["ar"][8] == "1.00x"  # flat-K: ar against itself
+    ngram = {r["k"]: r for r in bench_db["rows"]}[2]
+    assert float(bench_rows["ngram"][8].rstrip("x")) == pytest.approx(ngram["flat_x"], abs=0.006)  # as bench printed
     report.write_results(open_history(bench_db["db"]), doc, "again")  # idempotent apart from the command line
     assert doc.read_text().count(report.BEGIN) == 1
 
