@@ -4,9 +4,9 @@
         --config "--anchors 48 --batch 4" --config "--anchors 512 --batch 4" --config "--anchors 512 --batch 8"
 Each --config is a set of experiments.train_drafter flags over the shared ones after `--`. Every configuration runs
 the same update step train_drafter runs for --steps steps, each blocked on its result; a step that compiles a new
-shape (length bucket, anchor columns) is not timed. Without stored features each step includes one target prefill
-of its batch, also timed alone. Configurations are interleaved step by step, so the ratios hold when other work
-shares the cores.
+shape (length bucket, anchor columns) is not timed. Without stored features (a dataset distilled without them, or
+--no-stored-features in a configuration) each step includes one target prefill of its batch, also timed alone.
+Configurations are interleaved step by step, so the ratios hold when other work shares the cores.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import shlex
 import time
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -40,19 +41,22 @@ def main(argv: list[str] | None = None) -> None:
     args, shared = ap.parse_known_args(argv)
     shared = [a for a in shared if a != "--"]
     target = load_target(args.target)
-    data = td.load_sequences(args.data, with_features=False)
+    stored = td.load_sequences(args.data)
+    bare = replace(stored, features=None, feature_layers=())
     runs = []
     for config in args.config:
         targs = td.parse_args(["--drafter", args.drafter, *shared, *shlex.split(config)])
+        data = bare if targs.no_stored_features else stored
         obj = td.OBJECTIVES[args.drafter](target, data, targs)
         opt = td.optimizer(targs.lr, targs.steps)
-        runs.append({"config": config, "args": targs, "obj": obj, "update": td.make_update(obj.loss_fn, opt),
+        runs.append({"config": config, "args": targs, "obj": obj, "data": data,
+                     "update": td.make_update(obj.loss_fn, opt),
                      "state": (obj.params, opt.init(obj.params)), "feats": obj.features,
                      "buckets": td.length_buckets(data, targs.seq_len, targs.bucket),
                      "step_s": [], "prefill_s": [], "labels": 0, "sequences": 0})
     for step in range(args.steps):
         for run in runs:
-            batch = td.train_batch(data, run["args"], step, run["obj"].columns, run["buckets"])
+            batch = td.train_batch(run["data"], run["args"], step, run["obj"].columns, run["buckets"])
             compiled = run["update"]._cache_size()
             prefill_s, _ = _timed(run["feats"], batch)
             step_s, (params, opt_state, _, (_, labels)) = _timed(run["update"], *run["state"], batch, run["obj"].frozen)
@@ -69,15 +73,16 @@ def main(argv: list[str] | None = None) -> None:
     runs = [r for r in runs if r["step_s"]]
     rows = [{"config": r["config"], "timed_steps": len(r["step_s"]), "step_s": round(float(np.median(r["step_s"])), 3),
              "target_prefill_s": round(float(np.median(r["prefill_s"])), 3),
+             "features": "recomputed" if r["obj"].columns is None else "stored",
              "labels_per_s": round(r["labels"] / sum(r["step_s"]), 1),
              "sequences_per_s": round(r["sequences"] / sum(r["step_s"]), 2)} for r in runs]
     if args.json:
         print(json.dumps(rows))
         return
-    print(f"{'config':40s} {'step s':>8s} {'prefill s':>10s} {'labels/s':>10s} {'seq/s':>7s}")
+    print(f"{'config':40s} {'features':>10s} {'step s':>8s} {'prefill s':>10s} {'labels/s':>10s} {'seq/s':>7s}")
     for r in rows:
-        print(f"{r['config']:40s} {r['step_s']:8.3f} {r['target_prefill_s']:10.3f} {r['labels_per_s']:10.1f} "
-              f"{r['sequences_per_s']:7.2f}")
+        print(f"{r['config']:40s} {r['features']:>10s} {r['step_s']:8.3f} {r['target_prefill_s']:10.3f} "
+              f"{r['labels_per_s']:10.1f} {r['sequences_per_s']:7.2f}")
 
 
 if __name__ == "__main__":

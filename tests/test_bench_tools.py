@@ -95,6 +95,16 @@ def test_bench_train_times_each_configuration(tiny, tiny_data, capsys):
     assert per_sequence[0] <= 2 * 3 * 1.01  # at most anchors x (block - 1)
 
 
+def test_bench_train_uses_stored_features_unless_told_not_to(tiny, tmp_path, capsys):
+    data = tmp_path / "featured"
+    distill.run(data, 4, target=load_target(str(tiny)), mix=MIX, max_new=8, max_prompt=128, slots=2, shard_size=4)
+    bench_train.main(["--target", str(tiny), "--data", str(data), "--steps", "3", "--json", "--config",
+                      "--anchors 2 --batch 2", "--config", "--anchors 2 --batch 2 --no-stored-features", "--",
+                      *TINY_DRAFTER])
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["features"] for r in rows] == ["stored", "recomputed"]
+
+
 def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny_data, tmp_path, capsys):
     out = tmp_path / "ablate"
     argv = ["--out", str(out), "--arms", "hard,soft", "--", "--drafter", "dflash", "--target", str(tiny), "--data",
