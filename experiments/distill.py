@@ -11,6 +11,11 @@ and counted) as tokens (uint16 when the vocabulary fits), offsets [n+1], prompt_
 A shard is written to a temporary file and renamed, then the manifest is rewritten the same way: an
 interrupted run (Ctrl-C, a killed process) loses only the shards in progress, and running the same command
 again resumes after the last finished shard. A larger --prompts appends shards to an existing dataset.
+
+    python -m experiments.distill --out data/distill-v3 --add-features    # feature sidecars for a dataset without
+
+computes the target features of an existing dataset (one prefill per sequence, shard by shard, resumable), so
+training reads them instead of prefilling every batch again in every epoch.
 """
 
 from __future__ import annotations
@@ -20,15 +25,19 @@ import hashlib
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
 from engine import load_target
+from engine.cache import init_cache
 from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.drafters import dflash, eagle3
+from engine.model import forward
 from engine.target import Target
 from experiments.suites import load_suite
 from experiments.train_data import build_prompts
@@ -38,9 +47,62 @@ STEPS_PER_CALL = 8  # greedy steps per device call: the host sees EOS at most th
 
 
 def feature_layers(num_target_layers: int) -> tuple[int, ...]:
-    """Target layers kept with the data: those the default DFlash (5 features) and EAGLE-3 drafters read."""
+    """Target layers kept with the data: those the default DFlash (5 features) and EAGLE-3 drafters read, and the
+    final-normed hidden state (layer id N-1: the target's next-token distribution for soft targets)."""
     ids = dflash.default_target_layer_ids(num_target_layers, 5) + eagle3.default_feature_layers(num_target_layers)
-    return tuple(sorted(set(ids)))
+    return tuple(sorted({*ids, num_target_layers - 1}))
+
+
+@partial(jax.jit, static_argnames=("cfg", "capture"))
+def target_features(params: dict, tokens: jax.Array, *, cfg, capture: tuple[int, ...]) -> jax.Array:
+    """Frozen target features of every token: [B, T, F*H] (layers in `capture` order)."""
+    b, t = tokens.shape
+    _, feats, _ = forward(params, init_cache(cfg, b, t, params["embed"].dtype), tokens, jnp.zeros(b, jnp.int32),
+                          cfg=cfg, capture=capture, with_logits=False)
+    return jax.lax.stop_gradient(feats.transpose(1, 2, 0, 3).reshape(b, t, -1))
+
+
+def prefill_features(target: Target, seqs: list[np.ndarray], capture: tuple[int, ...], batch: int = 8,
+                     bucket: int = 64) -> list[np.ndarray]:
+    """Target features ([len, F*H] float16) of whole sequences, one prefill each: longest first, `batch` at a time,
+    padded to a multiple of `bucket` (few compiled shapes); rows past a sequence's end are never used."""
+    out: list = [None] * len(seqs)
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    for lo in range(0, len(order), batch):
+        rows = order[lo:lo + batch]
+        width = -(-len(seqs[rows[0]]) // bucket) * bucket
+        tokens = np.zeros((batch, width), np.int32)
+        for j, i in enumerate(rows):
+            tokens[j, :len(seqs[i])] = seqs[i]
+        feats = np.asarray(target_features(target.params, jnp.asarray(tokens), cfg=target.cfg, capture=capture))
+        for j, i in enumerate(rows):
+            out[i] = feats[j, :len(seqs[i])].astype(np.float16)
+    return out
+
+
+def add_features(out: Path, target: Target, batch: int = 8) -> dict:
+    """Give every shard of the dataset in `out` its feature sidecar (feature_layers(), one prefill per sequence),
+    shard by shard: a shard that has it is skipped, each sidecar and then the manifest are written atomically, so
+    an interrupted run resumes. Returns the manifest (each shard's feature_layers and feature_seconds set)."""
+    manifest = read_manifest(out)
+    if manifest is None:
+        raise DatasetError(f"{out} has no {MANIFEST}: not a distill dataset (python -m experiments.distill)")
+    if manifest["target"] != target.name:
+        raise DatasetError(f"{out} was made by {manifest['target']}, not {target.name}: its features would not match")
+    capture = feature_layers(target.cfg.num_layers)
+    for i, shard in enumerate(tqdm(manifest["shards"], unit="shard", desc="features")):
+        sidecar = out / features_name(i, capture)
+        if tuple(shard.get("feature_layers") or ()) == capture and sidecar.is_file():
+            continue
+        with np.load(out / shard["file"], allow_pickle=False) as f:
+            tokens, offsets = f["tokens"].astype(np.int32), f["offsets"]
+        t0 = time.perf_counter()
+        feats = prefill_features(target, [tokens[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)],
+                                 capture, batch)
+        _atomic_write(sidecar, lambda p, f=feats: _save_npy(p, f))
+        shard["feature_layers"], shard["feature_seconds"] = list(capture), round(time.perf_counter() - t0, 1)
+        _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    return manifest
 FIXED = ("target", "dtype", "seed", "mix", "max_new", "max_prompt", "shard_size", "prompt_source")
 
 
@@ -253,7 +315,7 @@ def parse_mix(text: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="data/distill")
-    ap.add_argument("--prompts", type=int, required=True, help="dataset size in prompts (resumes / extends)")
+    ap.add_argument("--prompts", type=int, default=None, help="dataset size in prompts (resumes / extends)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mix", type=parse_mix, default=None, help="prompt kinds' weights, e.g. math=0.45,code=0.3,"
                     "sharegpt=0.15,chat=0.1 (default: experiments.train_data.DEFAULT_MIX)")
@@ -265,8 +327,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--suite", default=None, help="distill an evaluation suite's prompts (tau_est per suite)")
     ap.add_argument("--no-features", action="store_true", help="do not keep target features next to the shards")
+    ap.add_argument("--add-features", action="store_true",
+                    help="compute the feature sidecars of an existing dataset's shards (resumable), generate nothing")
     args = ap.parse_args(argv)
+    if (args.prompts is None) != args.add_features:
+        ap.error("give --prompts to generate, or --add-features to compute an existing dataset's features")
     target = load_target(args.target, "float32", args.tokenizer)
+    if args.add_features:
+        manifest = add_features(Path(args.out), target)
+        print(f"{args.out}: features of {len(manifest['shards'])} shards, "
+              f"{sum(s.get('feature_seconds', 0) for s in manifest['shards']):,.0f} s", flush=True)
+        return
     manifest = run(Path(args.out), args.prompts, target=target, seed=args.seed, mix=args.mix, max_new=args.max_new,
                    max_prompt=args.max_prompt, slots=args.slots, shard_size=args.shard_size,
                    features=not args.no_features, suite=args.suite)

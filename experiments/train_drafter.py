@@ -29,7 +29,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import jax
@@ -39,12 +38,11 @@ import optax
 from safetensors.numpy import load_file, save_file
 from tqdm import tqdm
 
-from engine.cache import init_cache
 from engine.drafters import dflash, eagle3
 from engine.drafters.layers import from_target_layers, head_logits, shared_head
-from engine.model import forward
 from engine.target import Target, load_target
 from experiments import distill, model_card
+from experiments.distill import target_features
 
 # ---------------------------------------------------------------- data
 
@@ -139,20 +137,17 @@ def batch_of(data: Sequences, rows: np.ndarray, seq_len: int,
     return out
 
 
+def stored_columns(data: Sequences, layers: tuple[int, ...], target: Target, args) -> np.ndarray | None:
+    """The stored feature columns a drafter's step reads (with --soft also the final hidden state), or None."""
+    wanted = with_final(layers, target.cfg.num_layers) if args.soft else layers
+    return feature_columns(data, wanted, target.cfg.hidden_size)
+
+
 def feature_columns(data: Sequences, layers: tuple[int, ...], hidden: int) -> np.ndarray | None:
     """Columns of the stored features that hold `layers` in that order (None: not stored, compute them)."""
     if data.features is None or not set(layers) <= set(data.feature_layers):
         return None
     return np.concatenate([np.arange(hidden) + data.feature_layers.index(i) * hidden for i in layers])
-
-
-@partial(jax.jit, static_argnames=("cfg", "capture"))
-def target_features(params: dict, tokens: jax.Array, *, cfg, capture: tuple[int, ...]) -> jax.Array:
-    """Frozen target features of every token: [B, T, F*H] (layers in `capture` order)."""
-    b, t = tokens.shape
-    _, feats, _ = forward(params, init_cache(cfg, b, t, params["embed"].dtype), tokens, jnp.zeros(b, jnp.int32),
-                          cfg=cfg, capture=capture, with_logits=False)
-    return jax.lax.stop_gradient(feats.transpose(1, 2, 0, 3).reshape(b, t, -1))
 
 
 def sample_anchors(rng: np.random.Generator, lengths: np.ndarray, prompt_lens: np.ndarray,
@@ -186,23 +181,31 @@ def valid_runs(runs_fn, params, batches: Iterable[dict[str, np.ndarray]]) -> np.
     return np.concatenate(runs) if runs else np.zeros(0, np.int32)
 
 
+def with_final(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
+    """`layers` and then the final-normed hidden state (layer id N-1) unless they hold it: the features a soft-target
+    step reads, in the order features_fn lays them out."""
+    return layers + (() if num_layers - 1 in layers else (num_layers - 1,))
+
+
 def features_fn(target: Target, layers: tuple[int, ...]):
     """feats_of(batch, with_last, params) -> (features [B, T, F*H] of `layers`, final-normed hidden [B, T, H] or
-    None): the batch's stored features when it has them, else one forward of the target with `params` (default its
-    own; inside a jitted step pass them as an argument, so they are not compiled in as constants)."""
+    None): the batch's stored features when it has them (columns of `layers`, or of with_final(layers) for
+    with_last), else one forward of the target with `params` (default its own; inside a jitted step pass them as an
+    argument, so they are not compiled in as constants)."""
     last = target.cfg.num_layers - 1
-    capture = layers + (() if last in layers else (last,))
-    width = len(layers) * target.cfg.hidden_size
+    capture = with_final(layers, target.cfg.num_layers)
+    width, h = len(layers) * target.cfg.hidden_size, target.cfg.hidden_size
 
     def feats_of(b, with_last: bool = False, params: dict | None = None):
-        if "feats" in b and not with_last:
-            return b["feats"].astype(jnp.float32), None
-        params = target.params if params is None else params
-        full = target_features(params, b["tokens"], cfg=target.cfg, capture=capture if with_last else layers)
+        if "feats" in b:
+            full = b["feats"].astype(jnp.float32)
+        else:
+            params = target.params if params is None else params
+            full = target_features(params, b["tokens"], cfg=target.cfg, capture=capture if with_last else layers)
         if not with_last:
-            return full, None
-        i = capture.index(last) * target.cfg.hidden_size
-        return full[..., :width], full[..., i:i + target.cfg.hidden_size]
+            return full[..., :width], None
+        i = capture.index(last) * h
+        return full[..., :width], full[..., i:i + h]
 
     return feats_of
 
@@ -541,7 +544,7 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
                                                          "draft_vocab_size": head_width(head)})
         return out
 
-    columns = None if args.soft else feature_columns(data, cfg.target_layer_ids, target.cfg.hidden_size)
+    columns = stored_columns(data, cfg.target_layer_ids, target, args)
     return Objective(jax.tree.map(lambda a: a.astype(jnp.float32), params), loss_fn, runs_fn, cfg.target_layer_ids,
                      lambda b: feats_of(b)[0], columns, cfg.block_size - 1, save, frozen)
 
@@ -580,7 +583,7 @@ def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
                                                          "intermediate_size": cfg.body.intermediate_size})
         return out
 
-    columns = None if args.soft else feature_columns(data, cfg.feature_layers, target.cfg.hidden_size)
+    columns = stored_columns(data, cfg.feature_layers, target, args)
     return Objective(params, loss_fn, runs_fn, cfg.feature_layers, lambda b: feats_of(b)[0], columns, k_eval, save,
                      frozen)
 
