@@ -13,9 +13,9 @@ from experiments import train_drafter as td
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-MIX = {"math": 0.5, "code": 0.3, "chat": 0.2}
-TINY_DRAFTER = ["--seq-len", "192", "--layers", "1", "--features", "2", "--block-size", "4", "--intermediate", "32",
-                "--draft-vocab", "1024", "--batch", "2", "--anchors", "4"]
+from tests.test_bench_tools import MIX, TINY_DRAFTER  # noqa: E402 (after the skips: it imports torch)
+
+STEP = [*TINY_DRAFTER, "--batch", "2", "--anchors", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_a_step_on_stored_features_equals_a_step_that_recomputes_them(tiny, tmp_
     distill.add_features(tmp_path / "data", tiny)
     stored = td.load_sequences([str(tmp_path / "data")])
     bare = td.load_sequences([str(tmp_path / "data")], with_features=False)
-    args = td.parse_args(["--drafter", drafter, "--soft", soft, *TINY_DRAFTER])
+    args = td.parse_args(["--drafter", drafter, "--soft", soft, *STEP])
     losses = []
     for data in (stored, bare):
         obj = td.OBJECTIVES[drafter](tiny, data, args)
