@@ -733,6 +733,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--evaluate", action="append", default=None,
                     help="only print tau_est of this checkpoint on all of --data (repeatable)")
     ap.add_argument("--update-card", action="store_true", help="with --evaluate: record it in the checkpoint's card")
+    ap.add_argument("--evaluate-validation", action="store_true",
+                    help="with --evaluate: only the validation split (--val, --val-pool, --seed) training holds out")
     args = ap.parse_args(argv)
     args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)
     return args
@@ -749,18 +751,19 @@ def main(argv: list[str] | None = None) -> None:
     if not parts:
         raise SystemExit("no data: pass --data DIR (python -m experiments.distill) and/or --export DIR")
     data = concat_sequences(parts)
-    if args.evaluate:
-        for checkpoint in args.evaluate:
-            tau = evaluate_checkpoint(target, checkpoint, data, args)
-            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(data), "tau_est": tau}),
-                  flush=True)
-            if args.update_card:
-                record_evaluation(Path(checkpoint), ",".join(args.data or []), tau, args.command)
-        return
     # the validation split comes from the --data sequences (export rows are repeated copies: they would leak)
     n_data = len(parts[0]) if args.data else len(data)
     pool = n_data if args.val_pool is None else min(args.val_pool, n_data)
     train_rows, val_rows = split_validation(len(data), args.val, args.seed, pool)
+    if args.evaluate:
+        on = data.subset(val_rows) if args.evaluate_validation else data
+        for checkpoint in args.evaluate:
+            tau = evaluate_checkpoint(target, checkpoint, on, args)
+            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(on), "tau_est": tau}),
+                  flush=True)
+            if args.update_card and not args.evaluate_validation:
+                record_evaluation(Path(checkpoint), ",".join(args.data or []), tau, args.command)
+        return
     if args.limit_sequences:  # limits the --data sequences; every export row stays
         train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],
                                      train_rows[train_rows >= n_data]])

@@ -135,3 +135,24 @@ def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny
     assert record["command"].startswith("python -m experiments.ablate --out")
     readme = (shipped / "README.md").read_text()
     assert "## Ablations" in readme and "| soft | `--soft 0.9` |" in readme and record["command"] in readme
+
+
+@pytest.mark.slow
+def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_from(tiny, tiny_data, tmp_path, capsys):
+    """--evaluate CKPT --evaluate-validation scores the split training holds out: what --init CKPT logs at step 0."""
+    from experiments import train_drafter
+
+    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
+              "--anchors", "4", *TINY_DRAFTER]
+    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
+                        "--out", str(tmp_path), "--name", "first"])
+    checkpoint = tmp_path / "first-dflash"
+    capsys.readouterr()
+    train_drafter.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation"])
+    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    first = json.loads((checkpoint / "training.json").read_text())["data"]
+    assert evaluated["sequences"] == first["validation_sequences"] < first["sequences"]
+    train_drafter.main([*shared, "--init", str(checkpoint), "--steps", "1", "--eval-every", "1",
+                        "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "second"])
+    card = json.loads((tmp_path / "second-dflash" / "training.json").read_text())
+    assert card["curve"][0]["step"] == 0 and card["curve"][0]["tau_est"] == evaluated["tau_est"]
