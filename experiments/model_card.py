@@ -79,6 +79,9 @@ def render_card(name: str, card: dict) -> str:
         shape = FORMATS[kind].format(**arch)
     except KeyError as missing:
         shape = f"{kind} ({missing.args[0]} and the rest of its architecture not recorded in training.json)"
+    if arch.get("domino"):
+        shape += (", with a Domino head (`DominoDraftModel`: GRU {gru_hidden} over the block's tokens, bottleneck "
+                  "{emb_dim}, drafts after the first {prefix_len} corrected)").format(**arch["domino"])
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
              f"- **Format**: {shape}{weights}.",
              f"- **Load**: `load_drafter(\"{kind}\", target)` (the default) or "

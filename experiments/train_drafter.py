@@ -24,11 +24,12 @@ import hashlib
 import json
 import math
 import platform
+import re
 import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jax
@@ -38,8 +39,9 @@ import optax
 from safetensors.numpy import load_file, save_file
 from tqdm import tqdm
 
-from engine.drafters import dflash, eagle3
+from engine.drafters import dflash, domino, eagle3
 from engine.drafters.layers import from_target_layers, head_logits, shared_head
+from engine.drafters.ngram import NgramDrafter
 from engine.target import Target, load_target
 from experiments import distill, model_card
 from experiments.distill import target_features
@@ -244,15 +246,24 @@ def next_token_probs(head: dict, last_hidden: jax.Array, rows: jax.Array) -> jax
     return jax.nn.softmax(head_logits(head, h).reshape(*rows.shape, -1), axis=-1)
 
 
+def domino_lambda(progress: jax.Array, start: float = 1.0, decay: float = 0.5) -> jax.Array:
+    """Weight of the base logits' loss in a Domino step (SpecForge's base-anchor curriculum): `start` at the first
+    step, linearly down to 0 at `decay` of the training steps (progress = step / steps)."""
+    return start * jnp.clip(1.0 - progress / decay, 0.0, 1.0)
+
+
 def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Array, last_hidden=None,
                 soft: float = 0.0):
-    """Distillation loss over block rows 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, (acc at row 1,
+    """Distillation loss over drafts 1..B-1, weighted exp(-(k-1)/gamma), valid rows only; (loss, (acc of draft 1,
     trained label positions)).
 
     With a training vocabulary (head["lm_head"] holding only its columns), to_vocab maps target ids to its
     indices (-1: outside, not a label). soft > 0 mixes in KL to the target's distribution (see distill_loss;
-    last_hidden [B, T, H] gives it: row k of anchor a predicts token a+k, from the target's hidden at a+k-1)."""
-    logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])  # [B, A, S-1, V]
+    last_hidden [B, T, H] gives it: draft k of anchor a predicts token a+k, from the target's hidden at a+k-1).
+    With a Domino head: (1 - lambda) x the corrected logits' loss + lambda x the base logits' (domino_lambda of
+    batch["progress"])."""
+    logits, base = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
+                                              with_base=True)  # [B, A, S-1, V]
     labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
     weight = jnp.exp(-jnp.arange(cfg.block_size - 1) / gamma) * valid
@@ -260,6 +271,9 @@ def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Arr
     if soft:
         probs = next_token_probs(head, last_hidden, batch["anchors"][..., None] + jnp.arange(cfg.block_size - 1))
     loss = distill_loss(logits, labels, probs, soft)
+    if cfg.domino is not None:
+        lam = domino_lambda(batch["progress"])
+        loss = (1.0 - lam) * loss + lam * distill_loss(base, labels, probs, soft)
     acc = (jnp.argmax(logits, -1) == labels) * valid
     acc1 = acc[..., 0].sum() / jnp.maximum(valid[..., 0].sum(), 1)
     return (loss * weight).sum() / jnp.maximum(weight.sum(), 1e-9), (acc1, valid.sum())
@@ -392,6 +406,7 @@ def train_batch(data: Sequences, args, step: int, columns: np.ndarray | None,
         width = min(args.anchors, -(-int(valid.sum(1).max()) // args.bucket) * args.bucket)
         anchors, valid = anchors[:, :width], valid[:, :width]
     batch["anchors"], batch["anchor_valid"] = anchors, valid
+    batch["progress"] = np.float32(step / max(args.steps, 1))  # for losses with a schedule (domino_lambda)
     return batch
 
 
@@ -522,6 +537,11 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     head = shared_head(target.params)
     if draft_ids is not None:
         head = dflash.restricted_head(head, draft_ids)
+    if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
+        emb_dim, gru = (int(x) for x in args.domino.split(":"))
+        cfg = replace(cfg, domino=domino.Domino(args.domino_prefix, emb_dim, gru))
+        params = {**params, "domino": domino.init(np.random.default_rng([args.seed, 7]), cfg.domino,
+                                                  cfg.body.hidden_size, head_width(head), "float32")}
     to_vocab = np.full(vocab_size, -1, np.int32)
     to_vocab[np.arange(vocab_size) if draft_ids is None else draft_ids] = np.arange(head_width(head))
     to_vocab, ids_map = jnp.asarray(to_vocab), None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
@@ -541,7 +561,9 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
                                                          "target_layer_ids": list(cfg.target_layer_ids),
                                                          "intermediate_size": cfg.body.intermediate_size,
-                                                         "draft_vocab_size": head_width(head)})
+                                                         "draft_vocab_size": head_width(head),
+                                                         "domino": None if cfg.domino is None else
+                                                         vars(cfg.domino)})
         return out
 
     columns = stored_columns(data, cfg.target_layer_ids, target, args)
@@ -619,8 +641,30 @@ def response_tokens(data: Sequences) -> np.ndarray:
                            for r in range(len(data))])
 
 
-def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> list[float]:
-    """tau_est(K = 1..max) of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training)."""
+def ngram_runs(batch: dict[str, np.ndarray], k: int) -> np.ndarray:
+    """Accepted-run length [B, A] of prompt-lookup drafting (the engine's n-gram drafter at K=k) at each valid
+    anchor against the sequence's own continuation: the copying that the context alone predicts."""
+    drafter, runs = NgramDrafter(k), np.zeros(batch["anchors"].shape, np.int32)
+    for row, slot in zip(*np.nonzero(batch["anchor_valid"]), strict=True):
+        anchor = int(batch["anchors"][row, slot])
+        ids, n = drafter.lookup(batch["tokens"][row, :anchor + 1])
+        truth = batch["tokens"][row, anchor + 1:min(anchor + 1 + n, int(batch["lengths"][row]))]
+        runs[row, slot] = int(np.cumprod(ids[:len(truth)] == truth).sum())
+    return runs
+
+
+def copy_split(runs: np.ndarray, ngram: np.ndarray, max_k: int) -> dict:
+    """tau_est of a drafter and of n-gram lookup over the same anchors, split by whether the context predicts the
+    next token (n-gram's first proposal is right: a copy anchor) or not."""
+    copy = ngram >= 1
+    return {"ngram_tau_est": tau_from_runs(ngram, max_k), "copy_fraction": round(float(copy.mean()), 4),
+            "copy_tau_est": tau_from_runs(runs[copy], max_k), "copy_ngram_tau_est": tau_from_runs(ngram[copy], max_k),
+            "other_tau_est": tau_from_runs(runs[~copy], max_k)}
+
+
+def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> dict:
+    """tau_est(K = 1..max) of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training), with
+    n-gram lookup's on the same anchors and both split by copy anchors (copy_split)."""
     from engine.drafters import load_drafter
 
     drafter = load_drafter(checkpoint, target)
@@ -640,7 +684,10 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
             target.params, b["tokens"], cfg=target.cfg, capture=drafter.feature_layers)
         return runs(p, feats, b)
 
-    return tau_from_runs(valid_runs(runs_of, params, anchored_batches(data, args, columns)), max_k)
+    batches = list(anchored_batches(data, args, columns))
+    runs = valid_runs(runs_of, params, batches)
+    ngram = np.concatenate([ngram_runs(b, max_k)[b["anchor_valid"]] for b in batches])
+    return {"tau_est": tau_from_runs(runs, max_k), **copy_split(runs, ngram, max_k)}
 
 
 def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:
@@ -724,6 +771,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--draft-vocab", type=int, default=8192,
                     help="draft vocabulary: the most frequent response tokens (DFlash: d2t; >= vocab: the full one)")
     ap.add_argument("--ttt-steps", type=int, default=3)
+    ap.add_argument("--domino", default=None, metavar="EMB:GRU",
+                    help="DFlash: add a Domino correction head (bottleneck EMB, GRU width GRU), e.g. 64:256")
+    ap.add_argument("--domino-prefix", type=int, default=1, help="drafts without Domino correction (P)")
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
@@ -736,6 +786,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--evaluate-validation", action="store_true",
                     help="with --evaluate: only the validation split (--val, --val-pool, --seed) training holds out")
     args = ap.parse_args(argv)
+    if args.domino is not None and not re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", args.domino):
+        ap.error(f"--domino needs EMB:GRU, two positive integers such as 64:256; got {args.domino!r}")
     args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)
     return args
 
@@ -758,11 +810,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.evaluate:
         on = data.subset(val_rows) if args.evaluate_validation else data
         for checkpoint in args.evaluate:
-            tau = evaluate_checkpoint(target, checkpoint, on, args)
-            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(on), "tau_est": tau}),
+            scores = evaluate_checkpoint(target, checkpoint, on, args)
+            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(on), **scores}),
                   flush=True)
             if args.update_card and not args.evaluate_validation:
-                record_evaluation(Path(checkpoint), ",".join(args.data or []), tau, args.command)
+                record_evaluation(Path(checkpoint), ",".join(args.data or []), scores["tau_est"], args.command)
         return
     if args.limit_sequences:  # limits the --data sequences; every export row stays
         train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],

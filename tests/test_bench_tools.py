@@ -152,7 +152,45 @@ def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_fr
     evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     first = json.loads((checkpoint / "training.json").read_text())["data"]
     assert evaluated["sequences"] == first["validation_sequences"] < first["sequences"]
+    f = evaluated["copy_fraction"]  # copy and other anchors partition the same anchors
+    for tau, copy, other in zip(evaluated["tau_est"], evaluated["copy_tau_est"], evaluated["other_tau_est"],
+                                strict=True):
+        assert tau - 1 == pytest.approx(f * (copy - 1) + (1 - f) * (other - 1), abs=2e-3)
     train_drafter.main([*shared, "--init", str(checkpoint), "--steps", "1", "--eval-every", "1",
                         "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "second"])
     card = json.loads((tmp_path / "second-dflash" / "training.json").read_text())
     assert card["curve"][0]["step"] == 0 and card["curve"][0]["tau_est"] == evaluated["tau_est"]
+
+
+@pytest.mark.slow
+def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays_lossless(tiny, tiny_data, tmp_path):
+    """--init CKPT --domino EMB:GRU adds a head that starts as the identity (step 0 scores what CKPT scores), trains
+    with the base-anchor curriculum, saves as DominoDraftModel and drafts losslessly through the engine."""
+    from engine import generate, load_drafter
+    from experiments import train_drafter
+
+    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
+              "--anchors", "4", *TINY_DRAFTER]
+    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
+                        "--out", str(tmp_path), "--name", "base"])
+    base = json.loads((tmp_path / "base-dflash" / "training.json").read_text())
+    train_drafter.main([*shared, "--init", str(tmp_path / "base-dflash"), "--domino", "8:16", "--steps", "4",
+                        "--eval-every", "2", "--lr", "3e-3", "--work", str(tmp_path / "w1"), "--out", str(tmp_path),
+                        "--name", "domino"])
+    out = tmp_path / "domino-dflash"
+    card = json.loads((out / "training.json").read_text())
+    assert card["curve"][0]["tau_est"] == base["curve"][-1]["tau_est"]  # proj_out starts at zero
+    assert card["architecture"]["domino"] == {"prefix_len": 1, "emb_dim": 8, "gru_hidden": 16}
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["architectures"] == ["DominoDraftModel"] and conf["dflash_config"]["gru_hidden_dim"] == 16
+    assert "with a Domino head (`DominoDraftModel`: GRU 16" in (out / "README.md").read_text()
+    target = load_target(str(tiny))
+    drafter = load_drafter(out, target)
+    assert float(abs(drafter.params["domino"]["proj_out"]).max()) > 0  # the head trained
+    prompt = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+    want = generate(target, prompt, max_new_tokens=16)
+    got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
+    assert got.token_ids == want.token_ids and got.stats["drafted"] > 0
+    assert [float(train_drafter.domino_lambda(p)) for p in (0.0, 0.25, 0.5, 0.9)] == [1.0, 0.5, 0.0, 0.0]
+    with pytest.raises(SystemExit):
+        train_drafter.parse_args(["--domino", "64"])

@@ -1,6 +1,7 @@
 """Every published drafter config generation loads, drafts and stays lossless: DFlash (legacy with and without taps,
 nested Qwen3.5-style with sliding layers, causality overrides, attention biases, target_hidden_size, a restricted
-draft vocabulary, a mask token string, YaRN) and EAGLE-3 (speculators format, eagle_config aux ids).
+draft vocabulary, a mask token string, YaRN, SpecForge Domino heads with and without shift_label) and EAGLE-3
+(speculators format, eagle_config aux ids).
 
 Each fixture in tests/fixtures/drafter_configs holds exactly the published keys (tiny shapes); its weights are random
 tensors under the published names. Every key of every fixture must be read: perturbing it changes the loaded
@@ -110,6 +111,10 @@ def _dflash_tensors(conf: dict, rng: np.random.Generator) -> dict[str, np.ndarra
                     "lm_head.weight": (h ** -0.5 * rng.normal(size=(VOCAB, h))).astype(np.float32)}
     if "draft_vocab_size" in conf:
         tensors |= _draft_vocab(conf["draft_vocab_size"], h, rng)
+    if extra.get("projector_type") == "domino":  # SpecForge DominoDraftModel: prefix_gru, embed_proj (bias-free)
+        g, e = extra["gru_hidden_dim"], extra["emb_dim"]
+        tensors |= _random({"prefix_gru.weight_ih_l0": (3 * g, h), "prefix_gru.weight_hh_l0": (3 * g, g),
+                            "embed_proj.0.weight": (e, h + g), "embed_proj.2.weight": (VOCAB, e)}, rng)
     return tensors
 
 
@@ -198,6 +203,10 @@ def _checks(name: str, d) -> None:
         assert d.head["lm_head"].shape == (HIDDEN, 64) and d.draft_ids.shape == (64,)
     elif name == "dflash_mask_token":
         assert cfg.mask_token_id == MASK
+    elif name.startswith("dflash_domino"):
+        shift = name == "dflash_domino_shift"
+        assert (cfg.domino, cfg.shift_label) == (dflash.Domino(1 if shift else 2, 8, 12), shift)
+        assert d.params["domino"]["proj_out"].shape == (8, VOCAB)
     elif name == "eagle3_speculators":
         assert (cfg.feature_layers, cfg.norm_before_residual, cfg.draft_vocab_size, d.k) == ((1, 2, 3), True, 64, 3)
         assert dict(cfg.body.rope_scaling)["rope_type"] == "llama3" and cfg.verifier_arch == "llama"
@@ -207,7 +216,7 @@ def _checks(name: str, d) -> None:
 
 LOADABLE = ["dflash_legacy", "dflash_legacy_no_taps", "dflash_nested_sliding", "dflash_is_causal",
             "dflash_attention_bias", "dflash_target_hidden", "dflash_draft_vocab", "dflash_mask_token",
-            "eagle3_speculators", "eagle3_eagle_config"]
+            "dflash_domino", "dflash_domino_shift", "eagle3_speculators", "eagle3_eagle_config"]
 
 
 @pytest.mark.parametrize("name", LOADABLE)
@@ -422,6 +431,11 @@ def test_sliding_layers_past_their_window_keep_the_whole_context_and_match_the_w
                                                    "verifier": {"architectures": ["Qwen3ForCausalLM"],
                                                                 "name_or_path": "Qwen/Qwen3-8B"}}},
      "trained for a qwen3 verifier; this target is llama"),
+    ("dflash_domino", {"dflash_config": {**fixture("dflash_domino")["dflash_config"], "projector_type": "markov"}},
+     "projector_type 'markov' is not supported"),
+    ("dflash_domino", {"dflash_config": {**fixture("dflash_domino")["dflash_config"], "gru_hidden_dim": 16}},
+     r"prefix_gru.weight_ih_l0 .* must be \[48, 32\]"),
+    ("dflash_domino_shift", {"emb_dim": 16}, "emb_dim is 8 in dflash_config but 16 at the top level"),
     ("eagle3_speculators", {"target_hidden_size": 48}, "target features of width 48"),
     ("eagle3_speculators", {"norm_before_fc": True}, "norm_before_fc"),
     ("eagle3_eagle_config", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5], "num_layers": 1}},
@@ -453,7 +467,8 @@ def test_speculators_without_norm_before_residual_and_unread_tensors_are_refused
 
 
 def test_a_loaded_generation_saves_and_loads_back_the_same(tmp_path):
-    for name in ("dflash_nested_sliding", "dflash_is_causal", "dflash_attention_bias", "dflash_target_hidden"):
+    for name in ("dflash_nested_sliding", "dflash_is_causal", "dflash_attention_bias", "dflash_target_hidden",
+                 "dflash_domino", "dflash_domino_shift"):
         d = dflash.load(TARGET, write_checkpoint(tmp_path / name, fixture(name)))
         again = dflash.load(TARGET, dflash.save_dflash(tmp_path / f"{name}-saved", d.cfg, d.params))
         assert again.cfg == d.cfg, name

@@ -80,6 +80,22 @@ def test_tau_from_runs_caps_each_run_at_k():
     assert np.asarray(train_drafter.accepted_runs(match)).tolist() == [2, 0]
 
 
+def test_ngram_runs_are_the_engine_lookups_accepted_prefix_and_split_copy_anchors():
+    """At each anchor, the n-gram drafter's proposal from the context up to it, against the continuation; copy anchors
+    are those where its first token is right."""
+    tokens = np.array([[5, 6, 7, 8, 9, 5, 6, 7, 8, 4, 0, 0]], np.int32)  # "5 6 7 8" repeats, then departs
+    batch = {"tokens": tokens, "lengths": np.array([10]), "anchors": np.array([[5, 6, 8, 3]], np.int32),
+             "anchor_valid": np.array([[True, True, True, False]])}
+    runs = train_drafter.ngram_runs(batch, 4)
+    # anchor 5 (token 5): lookup proposes 6 7 8 9, truth 6 7 8 4 -> 3; anchor 6: 7 8 9 5 vs 7 8 4 -> 2;
+    # anchor 8 (token 8): 9 5 6 7 vs 4 -> 0; the invalid slot stays 0
+    assert runs.tolist() == [[3, 2, 0, 0]]
+    split = train_drafter.copy_split(np.array([1, 0, 2]), runs[batch["anchor_valid"]], 4)
+    assert split["copy_fraction"] == pytest.approx(2 / 3, abs=1e-4)
+    assert split["copy_tau_est"][3] == 1.5 and split["copy_ngram_tau_est"][3] == 3.5
+    assert split["other_tau_est"][3] == 3.0 and split["ngram_tau_est"][0] == pytest.approx(1 + 2 / 3, abs=1e-4)
+
+
 def test_validation_split_stays_fixed_as_shards_are_appended():
     train, val = train_drafter.split_validation(500, 40, seed=3)
     grown_train, grown_val = train_drafter.split_validation(800, 40, seed=3, pool=500)

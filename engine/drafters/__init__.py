@@ -12,6 +12,7 @@ from .base import Drafter, DrafterError, Proposal, check_k
 _MODEL_DRAFTERS = {"dflash": "engine.drafters.dflash", "eagle3": "engine.drafters.eagle3"}
 # DFlash2DraftModel goes to the DFlash loader, which refuses it with the reason
 _ARCHITECTURES = {"DFlashDraftModel": "dflash", "DFlashForCausalLM": "dflash", "DFlash2DraftModel": "dflash",
+                  "DominoDraftModel": "dflash",
                   "Eagle3LlamaForCausalLM": "eagle3", "LlamaForCausalLMEagle3": "eagle3", "Eagle3DraftModel": "eagle3",
                   "Eagle3Speculator": "eagle3"}
 DRAFTER_NAMES = ("ar", "ngram", *_MODEL_DRAFTERS)

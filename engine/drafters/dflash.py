@@ -44,7 +44,9 @@ from ..model import attention, embed, linear, rms_norm, rope
 from ..sharding import fetch
 from ..target import Target
 from ..weights import DTYPES
+from . import domino as domino_head
 from .base import DrafterError, Proposal, check_k
+from .domino import Domino
 from .layers import (
     TENSOR_KEYS,
     anchors_of,
@@ -77,8 +79,9 @@ from .layers import (
     vector,
 )
 
+DOMINO_ARCHITECTURE = "DominoDraftModel"  # SpecForge's name for a DFlash body with the Domino head
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m-dflash"
-ARCHITECTURES = ("DFlashDraftModel", "DFlashForCausalLM")
+ARCHITECTURES = ("DFlashDraftModel", "DFlashForCausalLM", DOMINO_ARCHITECTURE)
 REFUSED_ARCHITECTURES = {"DFlash2DraftModel": "DFlash2 (grouped dynamic convolutions and a candidate selector) "
                                               "is not implemented"}
 # Default mask token when the target's embedding has no spare row: SmolLM2's `<empty_output>` (id 16),
@@ -93,7 +96,8 @@ READ_KEYS = frozenset({
     "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
     "max_position_embeddings", "vocab_size", "hidden_act", "attention_bias", "mlp_bias", "block_size",
     "num_target_layers", "layer_types", "sliding_window", "use_sliding_window", "is_causal", "target_hidden_size",
-    "draft_vocab_size", "mask_token_id", "mask_token", "target_layer_ids", "tie_word_embeddings", "dflash_config"})
+    "draft_vocab_size", "mask_token_id", "mask_token", "target_layer_ids", "tie_word_embeddings", "dflash_config",
+    "emb_dim"})
 IGNORED_KEYS = {
     "auto_map": "remote-code class names (never executed)",
     "model_type": "the body is always a Qwen3-style decoder",
@@ -104,7 +108,8 @@ IGNORED_KEYS = {
     "max_window_layers": "derives layer_types only when they are absent",
 }
 DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids", "block_size", "causal",
-                              "num_target_layers"})
+                              "num_target_layers", "shift_label", "projector_type", "pure_draft_prefix_len",
+                              "emb_dim", "gru_hidden_dim"})
 # dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
 DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
                   "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
@@ -124,6 +129,8 @@ class DFlashConfig:
     attention_bias: the layers have q/k/v/o biases (params bq, bk, bv, bo).
     target_hidden_size: width of one target feature when it differs from body.hidden_size (fc takes
         len(target_layer_ids) x it).
+    shift_label: block row j-1 (not row j) predicts draft j (SpecForge's shift_label).
+    domino: the Domino correction head's shape (engine/drafters/domino.py), None without one.
     """
 
     body: ModelConfig
@@ -135,6 +142,8 @@ class DFlashConfig:
     causal: tuple[bool, ...] = ()
     attention_bias: bool = False
     target_hidden_size: int | None = None
+    shift_label: bool = False
+    domino: Domino | None = None
 
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
@@ -262,8 +271,31 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
     if target_hidden is not None and (not isinstance(target_hidden, int) or target_hidden < 1):
         raise DrafterError(f"DFlash target_hidden_size must be a positive integer, got {target_hidden!r}")
     windows, causal = _attention_layout(hf, extra, body.num_layers)
+    shift = extra.get("shift_label", False)
+    if not isinstance(shift, bool):
+        raise DrafterError(f"DFlash dflash_config.shift_label must be true or false, got {shift!r}")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
-                        windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden)
+                        windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
+                        shift, _domino_of(hf, extra, archs))
+
+
+def _domino_of(hf: dict, extra: dict, archs: list) -> Domino | None:
+    """The Domino head a config names (projector_type "domino", the default of DominoDraftModel), else None."""
+    kind = extra.get("projector_type", "domino" if DOMINO_ARCHITECTURE in archs else None)
+    if kind in (None, "dflash"):
+        if DOMINO_ARCHITECTURE in archs:
+            raise DrafterError(f"DFlash config.json names {DOMINO_ARCHITECTURE} but projector_type {kind!r}")
+        return None
+    if kind != "domino":
+        raise DrafterError(f"DFlash dflash_config.projector_type {kind!r} is not supported (only 'dflash' and "
+                           "'domino')")
+    values = {"pure_draft_prefix_len": extra.get("pure_draft_prefix_len", 0),
+              "emb_dim": _dflash_field(hf, extra, "emb_dim"), "gru_hidden_dim": extra.get("gru_hidden_dim")}
+    for name, value in values.items():
+        least = 0 if name == "pure_draft_prefix_len" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise DrafterError(f"Domino dflash_config.{name} must be an integer >= {least}, got {value!r}")
+    return Domino(values["pure_draft_prefix_len"], values["emb_dim"], values["gru_hidden_dim"])
 
 
 def config_json(cfg: DFlashConfig) -> dict:
@@ -286,6 +318,12 @@ def config_json(cfg: DFlashConfig) -> dict:
         out["is_causal"] = causal[0]
     if cfg.target_hidden_size is not None:
         out["target_hidden_size"] = cfg.target_hidden_size
+    if cfg.shift_label:
+        out["dflash_config"]["shift_label"] = True
+    if cfg.domino is not None:
+        out |= {"architectures": [DOMINO_ARCHITECTURE], "auto_map": {"AutoModel": "domino.DominoDraftModel"}}
+        out["dflash_config"] |= {"projector_type": "domino", "pure_draft_prefix_len": cfg.domino.prefix_len,
+                                 "emb_dim": cfg.domino.emb_dim, "gru_hidden_dim": cfg.domino.gru_hidden}
     return out
 
 
@@ -410,7 +448,8 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
 
     Sequence b's block starts at starts[b] = its context length (its first starts[b] cache rows). With a
     restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
-    Returns ids [B, k] int32 (argmax of rows 1..k), q [B, k] (their drafter probability), logits [B, k, V or Vd].
+    Returns ids [B, k] int32 (argmax of drafts 1..k: see draft_rows; with a Domino head its rollout), q [B, k] (their
+    drafter probability), logits [B, k, V or Vd].
     """
     ids, positions = block_tokens(cfg, anchors, starts)
     b, s, size = len(starts), ctx_k[0].shape[2], cfg.block_size
@@ -419,9 +458,20 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
     blk_visible = jnp.ones((b, size, size), bool)
     h = run_block(params, cfg, embed(head, ids), positions, ctx_k, ctx_v, ctx_positions, ctx_visible, blk_visible,
                   n_out=k + 1)
-    logits = head_logits(head, h[:, 1:])
+    rows = draft_rows(cfg, h, k)
+    logits = head_logits(head, rows)
+    if cfg.domino is not None:
+        to_target = (lambda i: i) if draft_ids is None else (lambda i: draft_ids[i])
+        logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors),
+                                     lambda i: embed(head, to_target(i)))
     best, q = greedy_pick(logits)
     return (best if draft_ids is None else draft_ids[best]), q, logits
+
+
+def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
+    """The block rows [..., k, H] that predict drafts 1..k: rows 1..k, or 0..k-1 with shift_label."""
+    first = 0 if cfg.shift_label else 1
+    return h[..., first:first + k, :]
 
 
 def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
@@ -454,8 +504,9 @@ def check_d2t(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
 # ---------------------------------------------------------------- training
 
 def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: jax.Array, tokens: jax.Array,
-                        anchors: jax.Array) -> jax.Array:
-    """Packed-block training forward (dflash.md section 5): logits [B, A, block-1, V].
+                        anchors: jax.Array, with_base: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Packed-block training forward (dflash.md section 5): logits [B, A, block-1, V] (with_base: and the logits
+    before a Domino head's correction, teacher forced on the true block tokens).
 
     features [B, T, F*Ht] (target features of every token, concatenated in target_layer_ids order),
     tokens [B, T], anchors [B, A] (positions < T). Anchor a's block [tokens[a], MASK...] at positions
@@ -479,7 +530,14 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
 
     # blocks mapped over anchors against the one context K/V: memory and work linear in the number of anchors
     h = jax.vmap(one_block, in_axes=(1, 1), out_axes=1)(ids, anchors)  # [B, A, size, H]
-    return head_logits(head, h[:, :, 1:])
+    rows = draft_rows(cfg, h, size - 1)
+    base = head_logits(head, rows)
+    logits = base
+    if cfg.domino is not None:  # the true block tokens 0..size-2 (anchor first) feed the GRU
+        block = jnp.minimum(anchors[..., None] + jnp.arange(size - 1), t - 1).reshape(b, -1)
+        block_embeds = embed(head, jnp.take_along_axis(tokens, block, axis=1)).reshape(*rows.shape[:-1], -1)
+        logits = domino_head.teacher_logits(params["domino"], cfg.domino, base, rows, block_embeds)
+    return (logits, base) if with_base else logits
 
 
 def dflash_labels(tokens: jax.Array, anchors: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
@@ -550,7 +608,8 @@ def load_params(path: Path, cfg: DFlashConfig, dtype: str, tied: bool = False) -
     """(params, d2t or None) from path/model.safetensors (z-lab names, optional `model.` prefix), shapes checked.
 
     Optional tensors: q/k/v/o biases (cfg.attention_bias), the drafter's own embed_tokens / lm_head (tied: the
-    LM head is the embedding), d2t with its inverse t2d (a restricted draft vocabulary). Others are refused."""
+    LM head is the embedding), d2t with its inverse t2d (a restricted draft vocabulary), the Domino head's
+    (cfg.domino, params["domino"]). Others are refused."""
     tensors = read_tensors(path)
     h, v = cfg.body.hidden_size, cfg.body.vocab_size
     fc = tensors.get("fc.weight")
@@ -576,6 +635,9 @@ def load_params(path: Path, cfg: DFlashConfig, dtype: str, tied: bool = False) -
         params["lm_head"] = params["embed"].T
     read = {"fc.weight", "hidden_norm.weight", "norm.weight", "d2t", "t2d", "embed_tokens.weight", "lm_head.weight"}
     read |= {f"{p}{TENSOR_KEYS[n][0]}" for p in _tensor_names(cfg) for n in shapes}
+    if cfg.domino is not None:
+        params["domino"], names = domino_head.load(tensors, cfg.domino, h, vd, dtype, path)
+        read |= names
     unread = sorted(set(tensors) - read)
     if unread:
         raise DrafterError(f"DFlash checkpoint in {path} has tensors this loader does not read: {', '.join(unread)}")
@@ -594,6 +656,8 @@ def save_dflash(path: str | Path, cfg: DFlashConfig, params: dict, dtype: str = 
         tensors["embed_tokens.weight"] = np.asarray(params["embed"], np.float32)
     if "lm_head" in params:
         tensors["lm_head.weight"] = np.asarray(params["lm_head"], np.float32).T
+    if cfg.domino is not None:
+        tensors |= domino_head.tensors_of(params["domino"])
     config = config_json(cfg)
     if d2t is not None:
         tensors["d2t"] = np.asarray(d2t, np.int64)
