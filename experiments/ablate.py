@@ -29,6 +29,7 @@ ARMS: dict[str, list[str]] = {
     "hard": [],  # cross-entropy on the target's greedy token
     "soft": ["--soft", "0.9"],  # 0.9 forward KL to the target's distribution + 0.1 CE
     "init-top": ["--init-top"],  # draft layers started from the target's top layers
+    "hints": ["--lookup-hints", "3"],  # blocks start from prompt lookup over the context instead of MASK tokens
     "domino": ["--domino", "64:256"],  # a Domino correction head (GRU over the block's tokens, low-rank logit delta)
     "anchors-512": ["--anchors", "512"],  # every valid response position per sequence
     "layers-3": ["--layers", "3"],

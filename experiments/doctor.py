@@ -58,7 +58,7 @@ from engine.drafters import eagle3 as eagle3_mod
 from engine.drafters.layers import read_tensors, save_checkpoint
 from engine.target import Target
 from experiments import suites
-from experiments.train_drafter import Sequences, batch_of, dflash_runs, eagle3_runs, target_features
+from experiments.train_drafter import Sequences, add_hints, batch_of, dflash_runs, eagle3_runs, target_features
 
 CHECKS = ("chat_template", "thinking", "taps", "mask_token", "shared_head", "dtype", "rope", "train_serve",
           "temperature")
@@ -458,6 +458,7 @@ def anchored_runs(target: Target, drafter, results: list, anchors: list[list[int
     feats = target_features(target.params, batch["tokens"], cfg=target.cfg, capture=tuple(drafter.feature_layers))
     params = jax.tree.map(lambda x: x.astype(jnp.float32), drafter.params)
     if drafter.name == "dflash":
+        batch = add_hints(batch, drafter.cfg) if drafter.cfg.lookup_hints else batch
         runs = _dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
     else:
         t2d = jnp.asarray(eagle3_mod.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))

@@ -263,7 +263,7 @@ def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Arr
     With a Domino head: (1 - lambda) x the corrected logits' loss + lambda x the base logits' (domino_lambda of
     batch["progress"])."""
     logits, base = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
-                                              with_base=True)  # [B, A, S-1, V]
+                                              with_base=True, hints=batch.get("hints"))  # [B, A, S-1, V]
     labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
     weight = jnp.exp(-jnp.arange(cfg.block_size - 1) / gamma) * valid
@@ -306,11 +306,23 @@ def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
     return valid & (idx < lengths) & (idx >= prompt_lens), labels
 
 
+def add_hints(batch: dict[str, np.ndarray], cfg: dflash.DFlashConfig) -> dict[str, np.ndarray]:
+    """The batch with batch["hints"] [B, A, block-1]: each valid anchor's block start under cfg.lookup_hints, from
+    the tokens up to the anchor, as the engine starts it (dflash.lookup_hints); MASK elsewhere."""
+    hints = np.full((*batch["anchors"].shape, cfg.block_size - 1), cfg.mask_token_id, np.int32)
+    rows, slots = np.nonzero(batch["anchor_valid"])
+    if len(rows):
+        hints[rows, slots] = dflash.lookup_hints(cfg, [batch["tokens"][r, :batch["anchors"][r, a] + 1]
+                                                       for r, a in zip(rows, slots, strict=True)])
+    return {**batch, "hints": hints}
+
+
 def dflash_runs(params, cfg, head, feats, batch, draft_ids: jax.Array | None = None) -> jax.Array:
     """Accepted-run length [B, A] of the drafter's greedy block at each anchor against the sequence's own
     continuation (the target's greedy tokens): what a greedy engine step anchored there accepts at K = B-1.
     draft_ids: target ids of a restricted head's columns (as DFlashDrafter drafts)."""
-    logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"])
+    logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
+                                        hints=batch.get("hints"))
     drafts = jnp.argmax(logits, -1)
     drafts = drafts if draft_ids is None else draft_ids[drafts]
     identity = jnp.arange(cfg.body.vocab_size, dtype=jnp.int32)
@@ -424,21 +436,23 @@ def make_update(loss_fn, opt: optax.GradientTransformation):
 
 
 def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, args, work: Path,
-          columns: np.ndarray | None, max_k: int, features: Callable | None = None, frozen=None):
+          columns: np.ndarray | None, max_k: int, features: Callable | None = None, frozen=None,
+          annotate: Callable[[dict], dict] | None = None):
     """Optimize params of loss_fn(params, batch, frozen) -> (loss, (acc, trained label positions)) with early
     stopping on tau_est; each evaluation logs the training throughput since the last one (label positions per
     second, the time of the steps alone, evaluations excluded).
 
     runs_fn(params, batch, frozen) -> accepted-run lengths [B, A] (valid where batch["anchor_valid"]) on validation
-    batches, which hold their target features (features(batch)) when the data stores none; returns (best params,
-    log)."""
+    batches, which hold their target features (features(batch)) when the data stores none; annotate(batch) ->
+    batch adds what the drafter's blocks start from (add_hints) to every batch; returns (best params, log)."""
     opt = optimizer(args.lr, args.steps)
     params, opt_state, best, meta = load_state(work, params, opt.init(params))
     step = meta["step"]
     update = make_update(loss_fn, opt)
     buckets = length_buckets(data, args.seq_len, args.bucket)
     runs_jit = jax.jit(runs_fn)
-    val_batches = list(anchored_batches(val, args, columns))
+    annotate = annotate or (lambda b: b)
+    val_batches = [annotate(b) for b in anchored_batches(val, args, columns)]
     if features is not None and columns is None:  # the frozen target's features of the fixed validation set, once
         for b in val_batches:
             b["feats"] = np.asarray(features(b))
@@ -475,7 +489,7 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
         record(0, None, None)
     bar = tqdm(total=args.steps, initial=step, desc=f"train {name}", unit="step")
     while step < args.steps and time.time() < deadline and since_best < args.patience:
-        batch = train_batch(data, args, step, columns, buckets)
+        batch = annotate(train_batch(data, args, step, columns, buckets))
         params, opt_state, loss, (acc, labels) = update(params, opt_state, batch, frozen)
         interval["labels"] += labels
         interval["steps"] += 1
@@ -517,6 +531,7 @@ class Objective:
     max_k: int
     save: Callable[..., Path]
     frozen: dict
+    annotate: Callable[[dict], dict] | None = None
 
 
 def dflash_objective(target: Target, data: Sequences, args) -> Objective:
@@ -537,6 +552,8 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     head = shared_head(target.params)
     if draft_ids is not None:
         head = dflash.restricted_head(head, draft_ids)
+    if args.lookup_hints and not cfg.lookup_hints:
+        cfg = replace(cfg, lookup_hints=args.lookup_hints)
     if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
         emb_dim, gru = (int(x) for x in args.domino.split(":"))
         cfg = replace(cfg, domino=domino.Domino(args.domino_prefix, emb_dim, gru))
@@ -563,12 +580,13 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
                                                          "intermediate_size": cfg.body.intermediate_size,
                                                          "draft_vocab_size": head_width(head),
                                                          "domino": None if cfg.domino is None else
-                                                         vars(cfg.domino)})
+                                                         vars(cfg.domino), "lookup_hints": cfg.lookup_hints})
         return out
 
     columns = stored_columns(data, cfg.target_layer_ids, target, args)
     return Objective(jax.tree.map(lambda a: a.astype(jnp.float32), params), loss_fn, runs_fn, cfg.target_layer_ids,
-                     lambda b: feats_of(b)[0], columns, cfg.block_size - 1, save, frozen)
+                     lambda b: feats_of(b)[0], columns, cfg.block_size - 1, save, frozen,
+                     (lambda b: add_hints(b, cfg)) if cfg.lookup_hints else None)
 
 
 def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
@@ -626,7 +644,7 @@ def train_drafter(kind: str, target: Target, data: Sequences, val: Sequences, ar
     """Train one drafter kind from args (fresh or --init) and save it with its card."""
     obj = OBJECTIVES[kind](target, data, args)
     params, log = train(kind, obj.loss_fn, obj.runs_fn, obj.params, data, val, args, work / kind, obj.columns,
-                        obj.max_k, obj.features, obj.frozen)
+                        obj.max_k, obj.features, obj.frozen, obj.annotate)
     return obj.save(params, log, data, val)
 
 
@@ -685,6 +703,8 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
         return runs(p, feats, b)
 
     batches = list(anchored_batches(data, args, columns))
+    if drafter.name == "dflash" and drafter.cfg.lookup_hints:
+        batches = [add_hints(b, drafter.cfg) for b in batches]
     runs = valid_runs(runs_of, params, batches)
     ngram = np.concatenate([ngram_runs(b, max_k)[b["anchor_valid"]] for b in batches])
     return {"tau_est": tau_from_runs(runs, max_k), **copy_split(runs, ngram, max_k)}
@@ -774,6 +794,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--domino", default=None, metavar="EMB:GRU",
                     help="DFlash: add a Domino correction head (bottleneck EMB, GRU width GRU), e.g. 64:256")
     ap.add_argument("--domino-prefix", type=int, default=1, help="drafts without Domino correction (P)")
+    ap.add_argument("--lookup-hints", type=int, default=0, metavar="N",
+                    help="DFlash: start each block from prompt lookup (n-grams up to N) instead of MASK tokens")
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)

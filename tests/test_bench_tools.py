@@ -194,3 +194,28 @@ def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays
     assert [float(train_drafter.domino_lambda(p)) for p in (0.0, 0.25, 0.5, 0.9)] == [1.0, 0.5, 0.0, 0.0]
     with pytest.raises(SystemExit):
         train_drafter.parse_args(["--domino", "64"])
+
+
+@pytest.mark.slow
+def test_lookup_hint_drafter_trains_evaluates_as_it_trained_and_stays_lossless(tiny, tiny_data, tmp_path, capsys):
+    """--lookup-hints N: training, the card, --evaluate and the engine all start blocks from prompt lookup."""
+    from engine import generate, load_drafter
+    from experiments import train_drafter
+
+    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
+              "--anchors", "4", *TINY_DRAFTER]
+    train_drafter.main([*shared, "--lookup-hints", "3", "--steps", "2", "--eval-every", "2",
+                        "--work", str(tmp_path / "w"), "--out", str(tmp_path), "--name", "hints"])
+    out = tmp_path / "hints-dflash"
+    card = json.loads((out / "training.json").read_text())
+    assert card["architecture"]["lookup_hints"] == 3
+    assert json.loads((out / "config.json").read_text())["dflash_config"]["lookup_hints"] == 3
+    capsys.readouterr()
+    train_drafter.main([*shared, "--evaluate", str(out), "--evaluate-validation"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tau_est"] == card["curve"][-1]["tau_est"]
+    target = load_target(str(tiny))
+    drafter = load_drafter(out, target)
+    prompt = "List the numbers 1 2 3 4 5 6 7 8 and then 1 2 3 4 5 6 7 8 again."
+    want = generate(target, prompt, max_new_tokens=16)
+    got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
+    assert drafter.cfg.lookup_hints == 3 and got.token_ids == want.token_ids and got.stats["drafted"] > 0

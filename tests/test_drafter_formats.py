@@ -28,6 +28,7 @@ from engine.decode import generate
 from engine.drafters import DrafterError, dflash, eagle3, load_drafter
 from engine.drafters.ar import ArDrafter
 from engine.drafters.layers import concat_features
+from engine.drafters.ngram import NgramDrafter
 from engine.model import forward
 from engine.target import Target
 from engine.weights import build_params, hf_shapes
@@ -487,4 +488,34 @@ def test_yarn_drafter_loads_and_is_lossless(tmp_path):
     assert (scaling["rope_type"], scaling["factor"], scaling["mscale_all_dim"]) == ("yarn", 4.0, 0.5)
     mscale = lambda m: 0.1 * m * math.log(4.0) + 1.0  # noqa: E731
     assert d.cfg.body.attention_factor() == pytest.approx(mscale(1.0) / mscale(0.5))
+    assert_lossless(d)
+
+
+# ---------------------------------------------------------------- lookup hints (a draftscope extension)
+
+def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_lossless(tmp_path):
+    conf = fixture("dflash_legacy")
+    conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3}
+    d = load_drafter(write_checkpoint(tmp_path / "hints", conf, seed=2), TARGET)
+    assert d.cfg.lookup_hints == 3
+    again = dflash.load(TARGET, dflash.save_dflash(tmp_path / "saved", d.cfg, d.params))
+    assert again.cfg == d.cfg
+    ids = [ord(c) for c in "the cat sat on the mat and the c"]
+    hints = dflash.lookup_hints(d.cfg, [ids])  # what the n-gram drafter proposes after "... and the c"
+    want_ids, n = NgramDrafter(d.cfg.block_size - 1, max_ngram=3).lookup(np.asarray(ids))
+    assert n == d.cfg.block_size - 1 and hints[0].tolist() == want_ids.tolist()
+    assert dflash.lookup_hints(d.cfg, [[ord("x"), ord("y")]])[0].tolist() == [MASK] * (d.cfg.block_size - 1)
+    p = len(ids) - 1
+    feats = _features(ids[:-1], d.feature_layers)
+    state = d.start([np.asarray(ids)], 64)
+    state = d.extend(state, feats, np.array([p]))
+    _, _, served = dflash.draft(d.params, d.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]), None,
+                                jnp.asarray(hints), cfg=d.cfg, k=d.cfg.block_size - 1)
+    _, _, unhinted = dflash.draft(d.params, d.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]),
+                                  cfg=d.cfg, k=d.cfg.block_size - 1)
+    full = _features(ids, d.feature_layers)
+    trained = dflash.dflash_train_logits(d.params, d.cfg, d.head, concat_features(full), jnp.asarray([ids]),
+                                         jnp.asarray([[p]]), hints=jnp.asarray(hints)[:, None])
+    np.testing.assert_allclose(np.asarray(trained[0, 0]), np.asarray(served[0]), atol=1e-4, rtol=1e-4)
+    assert np.abs(np.asarray(served) - np.asarray(unhinted)).max() > 1e-3  # the hints are what the block starts from
     assert_lossless(d)

@@ -78,6 +78,7 @@ from .layers import (
     shared_head,
     vector,
 )
+from .ngram import NgramDrafter
 
 DOMINO_ARCHITECTURE = "DominoDraftModel"  # SpecForge's name for a DFlash body with the Domino head
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m-dflash"
@@ -109,7 +110,7 @@ IGNORED_KEYS = {
 }
 DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids", "block_size", "causal",
                               "num_target_layers", "shift_label", "projector_type", "pure_draft_prefix_len",
-                              "emb_dim", "gru_hidden_dim"})
+                              "emb_dim", "gru_hidden_dim", "lookup_hints"})
 # dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
 DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
                   "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
@@ -131,6 +132,10 @@ class DFlashConfig:
         len(target_layer_ids) x it).
     shift_label: block row j-1 (not row j) predicts draft j (SpecForge's shift_label).
     domino: the Domino correction head's shape (engine/drafters/domino.py), None without one.
+    lookup_hints: 0, or n: the block's rows 1.. start from prompt lookup over the context (the n-gram drafter's
+        proposal, n-grams up to n; MASK where it proposes nothing) instead of MASK (a draftscope extension,
+        `dflash_config.lookup_hints`): the drafter sees what copying the context would draft and learns when to
+        keep it.
     """
 
     body: ModelConfig
@@ -144,6 +149,7 @@ class DFlashConfig:
     target_hidden_size: int | None = None
     shift_label: bool = False
     domino: Domino | None = None
+    lookup_hints: int = 0
 
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
@@ -274,9 +280,12 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
     shift = extra.get("shift_label", False)
     if not isinstance(shift, bool):
         raise DrafterError(f"DFlash dflash_config.shift_label must be true or false, got {shift!r}")
+    hints = extra.get("lookup_hints", 0)
+    if not isinstance(hints, int) or isinstance(hints, bool) or hints < 0:
+        raise DrafterError(f"DFlash dflash_config.lookup_hints must be an integer >= 0, got {hints!r}")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
                         windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
-                        shift, _domino_of(hf, extra, archs))
+                        shift, _domino_of(hf, extra, archs), hints)
 
 
 def _domino_of(hf: dict, extra: dict, archs: list) -> Domino | None:
@@ -320,6 +329,8 @@ def config_json(cfg: DFlashConfig) -> dict:
         out["target_hidden_size"] = cfg.target_hidden_size
     if cfg.shift_label:
         out["dflash_config"]["shift_label"] = True
+    if cfg.lookup_hints:
+        out["dflash_config"]["lookup_hints"] = cfg.lookup_hints
     if cfg.domino is not None:
         out |= {"architectures": [DOMINO_ARCHITECTURE], "auto_map": {"AutoModel": "domino.DominoDraftModel"}}
         out["dflash_config"] |= {"projector_type": "domino", "pure_draft_prefix_len": cfg.domino.prefix_len,
@@ -424,10 +435,25 @@ def run_block(params: dict, cfg: DFlashConfig, x: jax.Array, positions: jax.Arra
     return rms_norm(x, params["norm"], cfg.body.rms_eps)
 
 
-def block_tokens(cfg: DFlashConfig, anchors: jax.Array, starts: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The drafted blocks of a batch: ids [anchor, MASK x (size-1)] and positions p..p+size-1, each [B, size]."""
+def block_tokens(cfg: DFlashConfig, anchors: jax.Array, starts: jax.Array,
+                 hints: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """The drafted blocks of a batch: ids [anchor, MASK x (size-1)] (or [anchor, hints [B, size-1]]) and positions
+    p..p+size-1, each [B, size]."""
     ids = jnp.full((anchors.shape[0], cfg.block_size), cfg.mask_token_id, jnp.int32).at[:, 0].set(anchors)
+    if hints is not None:
+        ids = ids.at[:, 1:].set(hints)
     return ids, starts[:, None] + jnp.arange(cfg.block_size, dtype=jnp.int32)
+
+
+def lookup_hints(cfg: DFlashConfig, contexts: list[np.ndarray]) -> np.ndarray:
+    """Block rows 1..size-1 of each context (committed tokens ending with the anchor) under cfg.lookup_hints: the
+    n-gram drafter's proposal, MASK past it -> [len(contexts), size-1] int32 (host side, as the engine drafts)."""
+    lookup = NgramDrafter(cfg.block_size - 1, max_ngram=cfg.lookup_hints).lookup
+    out = np.full((len(contexts), cfg.block_size - 1), cfg.mask_token_id, np.int32)
+    for row, ctx in enumerate(contexts):
+        ids, n = lookup(np.asarray(ctx, np.int32))
+        out[row, :n] = ids[:n]
+    return out
 
 
 @partial(jax.jit, static_argnames=("cfg",), donate_argnames=("ctx_k", "ctx_v"))
@@ -443,15 +469,17 @@ def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, le
 
 @partial(jax.jit, static_argnames=("cfg", "k"))
 def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array, starts: jax.Array,
-          draft_ids: jax.Array | None = None, *, cfg: DFlashConfig, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One drafter forward over the blocks of a whole batch ([B, block] rows, whatever k is).
+          draft_ids: jax.Array | None = None, hints: jax.Array | None = None, *, cfg: DFlashConfig,
+          k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One drafter forward over the blocks of a whole batch ([B, block] rows, whatever k is); hints [B, block-1]:
+    the rows' starting tokens under cfg.lookup_hints (lookup_hints).
 
     Sequence b's block starts at starts[b] = its context length (its first starts[b] cache rows). With a
     restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
     Returns ids [B, k] int32 (argmax of drafts 1..k: see draft_rows; with a Domino head its rollout), q [B, k] (their
     drafter probability), logits [B, k, V or Vd].
     """
-    ids, positions = block_tokens(cfg, anchors, starts)
+    ids, positions = block_tokens(cfg, anchors, starts, hints)
     b, s, size = len(starts), ctx_k[0].shape[2], cfg.block_size
     ctx_positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
     ctx_visible = jnp.broadcast_to((ctx_positions < starts[:, None])[:, None], (b, size, s))
@@ -504,9 +532,11 @@ def check_d2t(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
 # ---------------------------------------------------------------- training
 
 def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: jax.Array, tokens: jax.Array,
-                        anchors: jax.Array, with_base: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+                        anchors: jax.Array, with_base: bool = False,
+                        hints: jax.Array | None = None) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Packed-block training forward (dflash.md section 5): logits [B, A, block-1, V] (with_base: and the logits
-    before a Domino head's correction, teacher forced on the true block tokens).
+    before a Domino head's correction, teacher forced on the true block tokens; hints [B, A, block-1]: each block's
+    starting rows under cfg.lookup_hints, see lookup_hints).
 
     features [B, T, F*Ht] (target features of every token, concatenated in target_layer_ids order),
     tokens [B, T], anchors [B, A] (positions < T). Anchor a's block [tokens[a], MASK...] at positions
@@ -519,8 +549,8 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
     ctx_positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     ctx_k, ctx_v = context_kv(params, cfg, c, ctx_positions)
     anchor_ids = jnp.take_along_axis(tokens, anchors, axis=1)
-    ids = jnp.concatenate([anchor_ids[..., None], jnp.full((b, anchors.shape[1], size - 1), cfg.mask_token_id)],
-                          axis=-1)  # [B, A, size]
+    rest = jnp.full((b, anchors.shape[1], size - 1), cfg.mask_token_id) if hints is None else hints
+    ids = jnp.concatenate([anchor_ids[..., None], rest.astype(anchor_ids.dtype)], axis=-1)  # [B, A, size]
     own_block = jnp.ones((b, size, size), bool)
 
     def one_block(block_ids: jax.Array, anchor: jax.Array) -> jax.Array:  # [B, size], [B] -> [B, size, H]
@@ -592,8 +622,9 @@ class DFlashDrafter:
 
     def propose(self, state: DFlashState, tokens: list[list[int]]) -> tuple[Proposal, DFlashState]:
         anchors, starts = anchors_of(tokens, state.lengths)
-        ids, q, _ = draft(self.params, self.head, state.k, state.v, anchors, starts, self.draft_ids, cfg=self.cfg,
-                          k=self.k)
+        hints = lookup_hints(self.cfg, tokens) if self.cfg.lookup_hints else None
+        ids, q, _ = draft(self.params, self.head, state.k, state.v, anchors, starts, self.draft_ids, hints,
+                          cfg=self.cfg, k=self.k)
         ids, q = fetch((ids, q))
         return Proposal(ids, np.full(len(tokens), self.k, np.int32), q), state
 
