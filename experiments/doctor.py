@@ -458,8 +458,7 @@ def anchored_runs(target: Target, drafter, results: list, anchors: list[list[int
     feats = target_features(target.params, batch["tokens"], cfg=target.cfg, capture=tuple(drafter.feature_layers))
     params = jax.tree.map(lambda x: x.astype(jnp.float32), drafter.params)
     if drafter.name == "dflash":
-        batch = add_hints(batch, drafter.cfg) if drafter.cfg.lookup_hints else batch
-        runs = _dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
+        runs = _dflash_runs(params, drafter.cfg, drafter.head, feats, add_hints(batch, drafter.cfg), drafter.draft_ids)
     else:
         t2d = jnp.asarray(eagle3_mod.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
         runs = _eagle3_runs(params, drafter.cfg, drafter.embed, t2d, feats, batch, k)

@@ -308,7 +308,10 @@ def eagle3_valid(t2d, batch, steps: int) -> tuple[jax.Array, jax.Array]:
 
 def add_hints(batch: dict[str, np.ndarray], cfg: dflash.DFlashConfig) -> dict[str, np.ndarray]:
     """The batch with batch["hints"] [B, A, block-1]: each valid anchor's block start under cfg.lookup_hints, from
-    the tokens up to the anchor, as the engine starts it (dflash.lookup_hints); MASK elsewhere."""
+    the tokens up to the anchor, as the engine starts it (dflash.lookup_hints); MASK elsewhere. Unchanged for a
+    drafter without lookup hints."""
+    if not cfg.lookup_hints:
+        return batch
     hints = np.full((*batch["anchors"].shape, cfg.block_size - 1), cfg.mask_token_id, np.int32)
     rows, slots = np.nonzero(batch["anchor_valid"])
     if len(rows):
@@ -586,7 +589,7 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     columns = stored_columns(data, cfg.target_layer_ids, target, args)
     return Objective(jax.tree.map(lambda a: a.astype(jnp.float32), params), loss_fn, runs_fn, cfg.target_layer_ids,
                      lambda b: feats_of(b)[0], columns, cfg.block_size - 1, save, frozen,
-                     (lambda b: add_hints(b, cfg)) if cfg.lookup_hints else None)
+                     lambda b: add_hints(b, cfg))
 
 
 def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
@@ -703,7 +706,7 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
         return runs(p, feats, b)
 
     batches = list(anchored_batches(data, args, columns))
-    if drafter.name == "dflash" and drafter.cfg.lookup_hints:
+    if drafter.name == "dflash":
         batches = [add_hints(b, drafter.cfg) for b in batches]
     runs = valid_runs(runs_of, params, batches)
     ngram = np.concatenate([ngram_runs(b, max_k)[b["anchor_valid"]] for b in batches])
