@@ -47,6 +47,24 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+def memory_maps() -> tuple[int, int]:
+    """This process's memory maps and the kernel's per-process limit; (0, 0) where /proc does not tell."""
+    try:
+        with open("/proc/self/maps", "rb") as maps, open("/proc/sys/vm/max_map_count") as limit:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:
+        return 0, 0
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """XLA's CPU backend maps each compiled executable's code into pages of its own (3-9 memory maps each) and jit
+    caches keep every executable alive, so a whole suite in one process passes vm.max_map_count (65530) and the
+    next compile segfaults. Between tests, drop the compiled code once half the limit is in use."""
+    used, limit = memory_maps()
+    if used > limit // 2 and "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+
+
 def pytest_terminal_summary(terminalreporter):
     missing = missing_dependencies()
     if missing:

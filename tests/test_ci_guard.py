@@ -1,5 +1,6 @@
-"""The test run's dependency guard (tests/conftest.py): under CI=true a missing test dependency fails the run before
-any test; elsewhere the run goes on and its summary names what was missing."""
+"""The test run's guards (tests/conftest.py): under CI=true a missing test dependency fails the run before any test;
+elsewhere the run goes on and its summary names what was missing. Compiled code is dropped before the process runs
+out of memory maps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.conftest import memory_maps
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,3 +39,24 @@ def test_a_local_run_goes_on_and_names_what_was_missing(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
     assert "draftscope: kaleido missing here" in proc.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memory maps are read from /proc")
+def test_clearing_jax_caches_frees_the_memory_maps_of_compiled_code():
+    """What the teardown hook relies on: compiled executables hold memory maps (3 or more each) until
+    jax.clear_caches(), which returns the process to where it was before them."""
+    import jax
+    import jax.numpy as jnp
+
+    def compile_40():
+        for n in range(40):
+            jax.jit(lambda x, n=n: (jnp.sin(x) * n).sum())(jnp.ones(n + 1)).block_until_ready()
+
+    compile_40()  # the backend's one-time allocations
+    jax.clear_caches()
+    before, limit = memory_maps()
+    assert 0 < before < limit
+    compile_40()
+    assert memory_maps()[0] >= before + 3 * 40
+    jax.clear_caches()
+    assert memory_maps()[0] <= before + 20  # not a map of the 40 executables left (others' threads may add a few)
