@@ -358,6 +358,18 @@ def full_vocab_copy(checkpoint: Path, out: Path) -> Path:
     return out
 
 
+def llama_cpp_refusal(checkpoint: Path) -> str | None:
+    """Why llama.cpp's draft-dflash cannot draft as this DFlash checkpoint does (it starts every block from MASK
+    tokens and has no Domino head), else None."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    extra = config.get("dflash_config", {})
+    if extra.get("lookup_hints"):
+        return "its blocks start from lookup hints (dflash_config.lookup_hints), which llama.cpp's DFlash lacks"
+    if extra.get("projector_type") == "domino" or "DominoDraftModel" in config.get("architectures", []):
+        return "its Domino correction head is not in llama.cpp's DFlash"
+    return None
+
+
 def convert_drafter(checkpoint: Path, target_dir: Path, home: Path) -> Path:
     """llama.cpp's convert_hf_to_gguf.py (f32, --target-model-dir) on a drafter checkpoint, cached; PeerError with
     the converter's last lines when it refuses the checkpoint."""
@@ -388,6 +400,9 @@ def llama_cpp_contenders(target: Target, k: int, max_new_tokens: int, threads: i
     out = [LlamaCppContender(tools, model, m, **kw) for m in ("plain", "ngram")]
     problems, hf_dir = [], target_hf_dir(target, home)
     for method, checkpoint in drafters:
+        if method == "dflash" and (why := llama_cpp_refusal(checkpoint)):
+            problems.append(f"llama.cpp cannot draft as {checkpoint} does: {why}")
+            continue
         try:
             out.append(LlamaCppContender(tools, model, method, drafter=convert_drafter(checkpoint, hf_dir, home),
                                          **kw))

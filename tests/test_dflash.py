@@ -503,16 +503,19 @@ def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(ta
 @pytest.mark.slow
 def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_on_a_count(target):
     """No train/serve gap: at the engine's own anchors, dflash_train_logits over prompt + output drafts exactly the
-    engine's blocks (features, positions, masks and the draft vocabulary seen alike), on a prompt it drafts badly."""
-    from experiments.train_drafter import features_fn
+    engine's blocks (features, positions, masks, lookup hints and the draft vocabulary seen alike), on a count."""
+    from experiments.train_drafter import add_hints, features_fn
 
     prompt = "Continue the sequence: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"
     d = load_drafter("dflash", target)
     run = engine.generate(target, prompt, drafter=d, max_new_tokens=32)
     seq = np.concatenate([target.encode(prompt), run.token_ids]).astype(np.int32)[None]
     feats, _ = features_fn(target, d.cfg.target_layer_ids)({"tokens": jnp.asarray(seq)})
-    anchors = jnp.asarray([[s.position for s in run.steps]], jnp.int32)
-    picks = np.argmax(np.asarray(dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), anchors)), -1)
+    anchors = np.asarray([[s.position for s in run.steps]], np.int32)
+    hints = add_hints({"tokens": seq, "anchors": anchors, "anchor_valid": np.ones(anchors.shape, bool)},
+                      d.cfg).get("hints")
+    logits = dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), jnp.asarray(anchors), hints=hints)
+    picks = np.argmax(np.asarray(logits), -1)
     drafts = np.asarray(d.draft_ids)[picks[0]] if d.draft_ids is not None else picks[0]
     assert [drafts[i, :len(s.drafted)].tolist() for i, s in enumerate(run.steps)] == [s.drafted for s in run.steps]
 

@@ -75,6 +75,20 @@ def test_cli_without_build_says_so_and_exits(tmp_path, monkeypatch, capsys):
     assert err.startswith("error: the llama.cpp peer needs llama.cpp's tools") and "build_llama_cpp.sh" in err
 
 
+@pytest.mark.parametrize("config, refused", [
+    ({"architectures": ["DFlashDraftModel"], "dflash_config": {"mask_token_id": 16}}, None),
+    ({"architectures": ["DFlashDraftModel"], "dflash_config": {"lookup_hints": 3}}, "lookup hints"),
+    ({"architectures": ["DominoDraftModel"], "dflash_config": {}}, "Domino"),
+    ({"architectures": ["DFlashDraftModel"], "dflash_config": {"projector_type": "domino"}}, "Domino"),
+])
+def test_dflash_drafters_llama_cpp_would_draft_otherwise_are_refused(tmp_path, config, refused):
+    """llama.cpp's draft-dflash starts blocks from MASK tokens without a Domino head: a drafter that needs either
+    is named as a problem, not run there as another drafter."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    why = peers.llama_cpp_refusal(tmp_path)
+    assert why is None if refused is None else refused in why
+
+
 # ---------------------------------------------------------------- the HF directory writer
 
 def tiny_tokenizer():

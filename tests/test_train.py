@@ -121,6 +121,7 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
     feats = train_drafter.target_features(target.params, seq[None], cfg=target.cfg, capture=drafter.feature_layers)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), drafter.params)
     if kind == "dflash":
+        batch = train_drafter.add_hints(batch, drafter.cfg)  # the engine's lookup hints, if the drafter uses them
         runs = train_drafter.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
     else:
         t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
