@@ -57,7 +57,7 @@ def memory_maps() -> tuple[int, int]:
 
 
 def pytest_runtest_teardown(item, nextitem):
-    """XLA's CPU backend maps each compiled executable's code into pages of its own (3-9 memory maps each) and jit
+    """XLA's CPU backend maps each compiled executable's code into pages of its own (about 3 memory maps each) and jit
     caches keep every executable alive, so a whole suite in one process passes vm.max_map_count (65530) and the
     next compile segfaults. Between tests, drop the compiled code once half the limit is in use."""
     used, limit = memory_maps()

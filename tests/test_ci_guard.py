@@ -38,13 +38,16 @@ def test_a_local_run_goes_on_and_names_what_was_missing(tmp_path):
     proc = run_without_kaleido(tmp_path, "")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
-    assert "draftscope: kaleido missing here" in proc.stdout
+    summary = next(line for line in proc.stdout.splitlines() if line.startswith("draftscope: "))
+    assert "kaleido" in summary.split(" missing here")[0]
+    assert summary.endswith("the tests that need them were skipped (CI refuses to run without them)")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memory maps are read from /proc")
 def test_clearing_jax_caches_frees_the_memory_maps_of_compiled_code():
-    """What the teardown hook relies on: compiled executables hold memory maps (3 or more each) until
-    jax.clear_caches(), which returns the process to where it was before them."""
+    """What the teardown hook relies on: compiled executables hold memory maps (about 3 each: 2.9-3.1 measured;
+    adjacent maps may merge, so at least 2 is asserted) until jax.clear_caches(), which returns the process to where
+    it was before them."""
     import jax
     import jax.numpy as jnp
 
@@ -57,6 +60,6 @@ def test_clearing_jax_caches_frees_the_memory_maps_of_compiled_code():
     before, limit = memory_maps()
     assert 0 < before < limit
     compile_40()
-    assert memory_maps()[0] >= before + 3 * 40
+    assert memory_maps()[0] >= before + 2 * 40
     jax.clear_caches()
     assert memory_maps()[0] <= before + 20  # not a map of the 40 executables left (others' threads may add a few)
