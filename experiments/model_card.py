@@ -82,10 +82,13 @@ def render_card(name: str, card: dict) -> str:
     if arch.get("domino"):
         shape += (", with a Domino head (`DominoDraftModel`: GRU {gru_hidden} over the block's tokens, bottleneck "
                   "{emb_dim}, drafts after the first {prefix_len} corrected)").format(**arch["domino"])
+    if arch.get("lookup_hints"):
+        shape += f", lookup hints (blocks start from {arch['lookup_hints']}-gram prompt lookup over the context)"
+    default = name == f"smollm2-135m-{kind}"  # engine/drafters/*.DEFAULT_CHECKPOINT
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
              f"- **Format**: {shape}{weights}.",
-             f"- **Load**: `load_drafter(\"{kind}\", target)` (the default) or "
-             f"`load_drafter(\"checkpoints/{name}\", target)`.", "", "## Training (newest stage first)", ""]
+             f"- **Load**: " + (f"`load_drafter(\"{kind}\", target)` (the default) or " if default else "")
+             + f"`load_drafter(\"checkpoints/{name}\", target)`.", "", "## Training (newest stage first)", ""]
     stage: dict | None = card
     while stage:
         lines += _stage(stage)
