@@ -87,7 +87,7 @@ def render_card(name: str, card: dict) -> str:
     default = name == f"smollm2-135m-{kind}"  # engine/drafters/*.DEFAULT_CHECKPOINT
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
              f"- **Format**: {shape}{weights}.",
-             f"- **Load**: " + (f"`load_drafter(\"{kind}\", target)` (the default) or " if default else "")
+             "- **Load**: " + (f"`load_drafter(\"{kind}\", target)` (the default) or " if default else "")
              + f"`load_drafter(\"checkpoints/{name}\", target)`.", "", "## Training (newest stage first)", ""]
     stage: dict | None = card
     while stage:
