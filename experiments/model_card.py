@@ -84,6 +84,8 @@ def render_card(name: str, card: dict) -> str:
                   "{emb_dim}, drafts after the first {prefix_len} corrected)").format(**arch["domino"])
     if arch.get("lookup_hints"):
         shape += f", lookup hints (blocks start from {arch['lookup_hints']}-gram prompt lookup over the context)"
+    if arch.get("hint_bias"):
+        shape += f", hint bias {arch['hint_bias']:g} (a hint within that many logits of the argmax is drafted)"
     default = name == f"smollm2-135m-{kind}"  # engine/drafters/*.DEFAULT_CHECKPOINT
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
              f"- **Format**: {shape}{weights}.",

@@ -486,8 +486,12 @@ def llama_cpp_main(argv: list[str] | None = None) -> int:
         target = load_target(a.target)
         template = default_template(target.tokenizer)
         shipped = {name: Path(load_drafter(name, target, k=a.k).checkpoint) for name in ("dflash", "eagle3")}
-        full_vocab = full_vocab_copy(shipped["dflash"], home / "drafters" / f"{shipped['dflash'].name}-fullvocab")
-        drafters = [("dflash", shipped["dflash"]), ("dflash", full_vocab), ("eagle3", shipped["eagle3"])]
+        # the default DFlash starts blocks from lookup hints (llama.cpp refuses it, named as a problem); its
+        # MASK-started sibling is what llama.cpp's DFlash can draft
+        plain = shipped["dflash"].with_name(f"{shipped['dflash'].name}-plain")
+        full_vocab = full_vocab_copy(plain, home / "drafters" / f"{plain.name}-fullvocab")
+        drafters = [("dflash", shipped["dflash"]), ("dflash", plain), ("dflash", full_vocab),
+                    ("eagle3", shipped["eagle3"])]
         contenders, problems = llama_cpp_contenders(target, a.k, a.max_new_tokens, a.threads, template, drafters,
                                                     home)
         if a.ours:

@@ -326,8 +326,7 @@ def dflash_runs(params, cfg, head, feats, batch, draft_ids: jax.Array | None = N
     draft_ids: target ids of a restricted head's columns (as DFlashDrafter drafts)."""
     logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
                                         hints=batch.get("hints"))
-    drafts = jnp.argmax(logits, -1)
-    drafts = drafts if draft_ids is None else draft_ids[drafts]
+    drafts, _ = dflash.pick_drafts(cfg, logits, batch.get("hints"), draft_ids)
     identity = jnp.arange(cfg.body.vocab_size, dtype=jnp.int32)
     labels, valid = dflash_labels_in(identity, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
@@ -411,7 +410,7 @@ def train_batch(data: Sequences, args, step: int, columns: np.ndarray | None,
     every sequence is as likely as in uniform draws), args.batch of its sequences padded to the bucket's longest,
     and up to args.anchors anchors each (as many anchor columns as the fullest sequence needs, rounded up to the
     bucket, so asking for every position computes few empty blocks)."""
-    rng = np.random.default_rng([args.seed, step])
+    rng = np.random.default_rng([args.seed if args.batch_seed is None else args.batch_seed, step])
     sizes = np.array([len(b) for b in buckets], np.float64)
     pool = buckets[rng.choice(len(buckets), p=sizes / sizes.sum())]
     rows = rng.choice(pool, args.batch, replace=len(pool) < args.batch)
@@ -723,7 +722,7 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                      "sha256": hashlib.sha256(data.tokens.tobytes()).hexdigest()[:16],
                      "validation_sha256": hashlib.sha256(val.tokens.tobytes()).hexdigest()[:16]},
             "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
-                         "bucket": args.bucket,
+                         "bucket": args.bucket, "batch_seed": args.batch_seed,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "soft": args.soft,
                          "wall_s": log["wall_s"],
                          "draft_vocab": args.draft_vocab, "init": args.init, "init_top": args.init_top},
@@ -802,6 +801,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-seed", type=int, default=None,
+                    help="draw training batches from this seed instead of --seed: a continued run (--init) sees new "
+                         "batches and keeps the validation split")
     ap.add_argument("--name", default="smollm2-135m")
     ap.add_argument("--out", default="checkpoints")
     ap.add_argument("--work", default="out/train", help="resumable state lives here")

@@ -515,8 +515,8 @@ def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_o
     hints = add_hints({"tokens": seq, "anchors": anchors, "anchor_valid": np.ones(anchors.shape, bool)},
                       d.cfg).get("hints")
     logits = dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), jnp.asarray(anchors), hints=hints)
-    picks = np.argmax(np.asarray(logits), -1)
-    drafts = np.asarray(d.draft_ids)[picks[0]] if d.draft_ids is not None else picks[0]
+    drafts = np.asarray(dflash.pick_drafts(d.cfg, logits, None if hints is None else jnp.asarray(hints),
+                                           d.draft_ids)[0])[0]
     assert [drafts[i, :len(s.drafted)].tolist() for i, s in enumerate(run.steps)] == [s.drafted for s in run.steps]
 
 

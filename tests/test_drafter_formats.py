@@ -14,6 +14,7 @@ import copy
 import functools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -519,3 +520,27 @@ def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_l
     np.testing.assert_allclose(np.asarray(trained[0, 0]), np.asarray(served[0]), atol=1e-4, rtol=1e-4)
     assert np.abs(np.asarray(served) - np.asarray(unhinted)).max() > 1e-3  # the hints are what the block starts from
     assert_lossless(d)
+
+
+def test_a_hint_bias_drafts_a_hint_within_the_bias_of_the_argmax_and_stays_lossless(tmp_path):
+    conf = fixture("dflash_legacy")
+    conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5}
+    d = load_drafter(write_checkpoint(tmp_path / "bias", conf, seed=2), TARGET)
+    assert d.cfg.hint_bias == 2.5
+    assert dflash.load(TARGET, dflash.save_dflash(tmp_path / "saved", d.cfg, d.params)).cfg == d.cfg
+    logits = jnp.asarray([[[0.0, 5.0, 3.0, 1.0], [0.0, 5.0, 2.0, 1.0], [4.0, 5.0, 0.0, 0.0], [0.0, 5.0, 0.0, 9.0]]])
+    hints = jnp.asarray([[2, 2, MASK, 3]])  # within 2.5, not within, no hint, already the argmax
+    ids, q = dflash.pick_drafts(d.cfg, logits, hints)
+    assert ids.tolist() == [[2, 1, 1, 3]]
+    np.testing.assert_allclose(q, jax.nn.softmax(logits)[0, jnp.arange(4), ids[0]][None], rtol=1e-6)
+    assert dflash.pick_drafts(replace(d.cfg, hint_bias=0.0), logits, hints)[0].tolist() == [[1, 1, 1, 3]]
+    restricted = jnp.asarray([7, 2, 5, 3])  # draft vocabulary: a hint outside it is never drafted
+    assert dflash.pick_drafts(d.cfg, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
+    assert_lossless(d)
+    for bad, message in ((-1.0, "finite number >= 0"), ("1", "finite number >= 0"), (True, "finite number >= 0")):
+        conf["dflash_config"]["hint_bias"] = bad
+        with pytest.raises(DrafterError, match=message):
+            load_drafter(write_checkpoint(tmp_path / "bad", conf), TARGET)
+    conf["dflash_config"] = {**conf["dflash_config"], "hint_bias": 1.0, "lookup_hints": 0}
+    with pytest.raises(DrafterError, match="needs lookup_hints"):
+        load_drafter(write_checkpoint(tmp_path / "nohints", conf), TARGET)

@@ -221,6 +221,21 @@ def test_length_buckets_cover_every_sequence_and_pad_each_batch_to_its_bucket():
     assert train_drafter.train_batch(seqs, args0, 0, None, [np.arange(len(lengths))])["tokens"].shape[1] == 448
 
 
+def test_a_batch_seed_draws_new_batches_and_leaves_the_validation_split_alone():
+    lengths = np.arange(10, 50)
+    seqs = train_drafter.Sequences(np.arange(lengths.sum(), dtype=np.int32), train_drafter.offsets_of(lengths),
+                                   np.full(len(lengths), 2, np.int32))
+    buckets = [np.arange(len(lengths))]
+
+    def rows(*extra):
+        args = train_drafter.parse_args(["--bucket", "0", "--batch", "4", "--seq-len", "64", *extra])
+        return [train_drafter.train_batch(seqs, args, step, None, buckets)["lengths"].tolist() for step in range(8)]
+
+    assert rows() == rows("--batch-seed", "0")  # the default is --seed
+    assert rows() != rows("--batch-seed", "1")
+    assert rows("--seed", "5") == rows("--seed", "5", "--batch-seed", "5")
+
+
 def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(target, tmp_path):
     """History -> export -> train_drafter --export: three annotated rejections become three training prefixes (the
     prompt, the tokens emitted before that step and the drafts before the rejected one), each continued by the

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -110,7 +111,7 @@ IGNORED_KEYS = {
 }
 DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids", "block_size", "causal",
                               "num_target_layers", "shift_label", "projector_type", "pure_draft_prefix_len",
-                              "emb_dim", "gru_hidden_dim", "lookup_hints"})
+                              "emb_dim", "gru_hidden_dim", "lookup_hints", "hint_bias"})
 # dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
 DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
                   "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
@@ -136,6 +137,8 @@ class DFlashConfig:
         proposal, n-grams up to n; MASK where it proposes nothing) instead of MASK (a draftscope extension,
         `dflash_config.lookup_hints`): the drafter sees what copying the context would draft and learns when to
         keep it.
+    hint_bias: with lookup hints, a hint whose logit is within hint_bias of the best one is drafted instead of the
+        argmax (`dflash_config.hint_bias`, a serving rule; 0: plain argmax; see pick_drafts).
     """
 
     body: ModelConfig
@@ -150,6 +153,7 @@ class DFlashConfig:
     shift_label: bool = False
     domino: Domino | None = None
     lookup_hints: int = 0
+    hint_bias: float = 0.0
 
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
@@ -283,9 +287,14 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
     hints = extra.get("lookup_hints", 0)
     if not isinstance(hints, int) or isinstance(hints, bool) or hints < 0:
         raise DrafterError(f"DFlash dflash_config.lookup_hints must be an integer >= 0, got {hints!r}")
+    hint_bias = extra.get("hint_bias", 0.0)
+    if isinstance(hint_bias, bool) or not isinstance(hint_bias, int | float) or not 0 <= hint_bias < math.inf:
+        raise DrafterError(f"DFlash dflash_config.hint_bias must be a finite number >= 0, got {hint_bias!r}")
+    if hint_bias and not hints:
+        raise DrafterError("DFlash dflash_config.hint_bias needs lookup_hints (there are no hints to prefer)")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
                         windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
-                        shift, _domino_of(hf, extra, archs), hints)
+                        shift, _domino_of(hf, extra, archs), hints, float(hint_bias))
 
 
 def _domino_of(hf: dict, extra: dict, archs: list) -> Domino | None:
@@ -331,6 +340,8 @@ def config_json(cfg: DFlashConfig) -> dict:
         out["dflash_config"]["shift_label"] = True
     if cfg.lookup_hints:
         out["dflash_config"]["lookup_hints"] = cfg.lookup_hints
+    if cfg.hint_bias:
+        out["dflash_config"]["hint_bias"] = cfg.hint_bias
     if cfg.domino is not None:
         out |= {"architectures": [DOMINO_ARCHITECTURE], "auto_map": {"AutoModel": "domino.DominoDraftModel"}}
         out["dflash_config"] |= {"projector_type": "domino", "pure_draft_prefix_len": cfg.domino.prefix_len,
@@ -492,8 +503,26 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
         to_target = (lambda i: i) if draft_ids is None else (lambda i: draft_ids[i])
         logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors),
                                      lambda i: embed(head, to_target(i)))
-    best, q = greedy_pick(logits)
-    return (best if draft_ids is None else draft_ids[best]), q, logits
+    best, q = pick_drafts(cfg, logits, None if hints is None else hints[:, :k], draft_ids)
+    return best, q, logits
+
+
+def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = None,
+                draft_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd]: the argmax, or,
+    under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where none) when its logit is within hint_bias of
+    the argmax's and it is in the draft vocabulary. Drafts are deterministic proposals, so any pick stays lossless."""
+    best, _ = greedy_pick(logits)
+    if hints is not None and cfg.hint_bias:
+        slot = hints if draft_ids is None else jnp.full(cfg.body.vocab_size, -1, jnp.int32).at[draft_ids].set(
+            jnp.arange(len(draft_ids), dtype=jnp.int32))[hints]
+        slot_ok = jnp.maximum(slot, 0)
+        top = jnp.take_along_axis(logits, best[..., None], axis=-1)[..., 0]
+        near = jnp.take_along_axis(logits, slot_ok[..., None], axis=-1)[..., 0] + cfg.hint_bias >= top
+        best = jnp.where((hints != cfg.mask_token_id) & (slot >= 0) & near, slot_ok, best)
+    picked = jnp.take_along_axis(logits, best[..., None], axis=-1)
+    q = 1.0 / jnp.sum(jnp.exp(logits - picked), axis=-1)
+    return (best if draft_ids is None else draft_ids[best]), q
 
 
 def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
