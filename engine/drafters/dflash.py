@@ -63,7 +63,6 @@ from .layers import (
     concat_features,
     decoder_shape,
     expect_tensor,
-    greedy_pick,
     head_logits,
     layer_shapes,
     layer_tensors,
@@ -512,7 +511,7 @@ def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = 
     """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd]: the argmax, or,
     under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where none) when its logit is within hint_bias of
     the argmax's and it is in the draft vocabulary. Drafts are deterministic proposals, so any pick stays lossless."""
-    best, _ = greedy_pick(logits)
+    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     if hints is not None and cfg.hint_bias:
         slot = hints if draft_ids is None else jnp.full(cfg.body.vocab_size, -1, jnp.int32).at[draft_ids].set(
             jnp.arange(len(draft_ids), dtype=jnp.int32))[hints]
