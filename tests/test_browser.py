@@ -220,8 +220,12 @@ def choose(page, dropdown: str, option: str) -> None:
 
 def test_kflat_defaults_fit_the_timed_drafter_and_a_refused_k_runs_nothing(page):
     open_tab(page, "K-Flat")
+    ks = "([v]) => document.querySelector('#kf-ks textarea, #kf-ks input')?.value === v"
+    # through verify-only first: the walk may have left dflash chosen (its default) and a K list typed
+    choose(page, "#kf-drafter", "(none: verify only)")
+    page.wait_for_function(ks, arg=["1,2,4,8,16,32,64"])
     choose(page, "#kf-drafter", "dflash")
-    page.wait_for_function("() => document.querySelector('#kf-ks textarea, #kf-ks input')?.value === '1,2,4,7'")
+    page.wait_for_function(ks, arg=["1,2,4,7"])
     page.fill("#kf-ks textarea, #kf-ks input", "1,2,4,8")
     click_and_wait(page, "#kf-run", "#kf-status", "K for dflash must be a whole number in 1..7")
     assert "compiling" not in page.inner_text("body")
