@@ -97,10 +97,12 @@ def render_card(name: str, card: dict) -> str:
         stage = stage.get("init_card")
     evaluations = card.get("evaluations") or []
     if evaluations:
-        lines += ["", "## Offline tau_est per evaluation set", "",
-                  "| eval set | tau_est | date | command |", "|---|---|---|---|"]
-        lines += [f"| {e['data']} | {_tau(e['tau_est'])} | {e.get('date', '-')} | `{e['command']}` |"
-                  for e in evaluations]
+        lines += ["", "## Offline tau per evaluation set", "",
+                  "tau_est weighs every response position alike; walk_tau replays the engine's greedy blocks over the"
+                  " same sequences (the tau `generate` measures at that K), defined when every position is an anchor.",
+                  "", "| eval set | tau_est | walk_tau | date | command |", "|---|---|---|---|---|"]
+        lines += [f"| {e['data']} | {_tau(e['tau_est'])} | {_tau(e.get('walk_tau'))} "
+                  f"| {e.get('date', '-')} | `{e['command']}` |" for e in evaluations]
     if card.get("ablations"):
         record = card["ablations"]
         lines += ["", "## Ablations (validation tau_est, same data and validation set)", "", *ablation_table(record),

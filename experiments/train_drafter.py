@@ -52,7 +52,9 @@ from experiments.distill import target_features
 @dataclass
 class Sequences:
     """Self-distilled sequences, back to back: tokens [total] int32, offsets [N+1], prompt_lens [N]; features:
-    per-sequence target features ([len, F*H] float16, layers `feature_layers`) or None (computed on the fly)."""
+    per-sequence target features ([len, F*H] float16, layers `feature_layers`) or None (computed on the fly). Loaded
+    from datasets whose feature pass is unfinished, a row may hold None: a subset keeps stored features only when
+    every one of its rows has them."""
 
     tokens: np.ndarray
     offsets: np.ndarray
@@ -66,6 +68,8 @@ class Sequences:
     def subset(self, rows: np.ndarray) -> Sequences:
         seqs = [self.tokens[self.offsets[r]:self.offsets[r + 1]] for r in rows]
         feats = [self.features[r] for r in rows] if self.features is not None else None
+        if feats is not None and any(f is None for f in feats):
+            feats = None
         return Sequences(np.concatenate(seqs) if seqs else self.tokens[:0], offsets_of([len(x) for x in seqs]),
                          self.prompt_lens[rows], feats, self.feature_layers)
 
@@ -76,17 +80,21 @@ def offsets_of(lengths) -> np.ndarray:
 
 
 def load_sequences(dirs: list[str], with_features: bool = True) -> Sequences:
-    """Every shard of the distill datasets in `dirs`, with their feature sidecars when all are present."""
+    """Every shard of the distill datasets in `dirs`, with their feature sidecars (memory-mapped) where present:
+    the rows of a shard without one hold None (its features are computed per batch)."""
     data = distill.load_dataset(*dirs)
     seqs = Sequences(data["tokens"], data["offsets"], data["prompt_lens"])
     feature_files = data["feature_files"]
-    if with_features and feature_files and all(f is not None for f in feature_files):
-        feats, layers = [], data["feature_layers"]
+    if with_features and any(f is not None for f in feature_files):
+        feats = []
         for path, (lo, hi) in zip(feature_files, data["shard_ranges"], strict=True):
+            if path is None:
+                feats += [None] * (hi - lo)
+                continue
             table = np.load(path, mmap_mode="r")
             base = data["offsets"][lo]
             feats += [table[data["offsets"][r] - base:data["offsets"][r + 1] - base] for r in range(lo, hi)]
-        seqs.features, seqs.feature_layers = feats, tuple(layers)
+        seqs.features, seqs.feature_layers = feats, tuple(data["feature_layers"])
     return seqs
 
 
@@ -147,7 +155,7 @@ def stored_columns(data: Sequences, layers: tuple[int, ...], target: Target, arg
 
 def feature_columns(data: Sequences, layers: tuple[int, ...], hidden: int) -> np.ndarray | None:
     """Columns of the stored features that hold `layers` in that order (None: not stored, compute them)."""
-    if data.features is None or not set(layers) <= set(data.feature_layers):
+    if data.features is None or any(f is None for f in data.features) or not set(layers) <= set(data.feature_layers):
         return None
     return np.concatenate([np.arange(hidden) + data.feature_layers.index(i) * hidden for i in layers])
 
@@ -454,8 +462,9 @@ def train(name: str, loss_fn, runs_fn, params, data: Sequences, val: Sequences, 
     buckets = length_buckets(data, args.seq_len, args.bucket)
     runs_jit = jax.jit(runs_fn)
     annotate = annotate or (lambda b: b)
-    val_batches = [annotate(b) for b in anchored_batches(val, args, columns)]
-    if features is not None and columns is None:  # the frozen target's features of the fixed validation set, once
+    val_columns = columns if val.features is not None else None
+    val_batches = [annotate(b) for b in anchored_batches(val, args, val_columns)]
+    if features is not None and val_columns is None:  # the frozen target's features of the fixed validation set, once
         for b in val_batches:
             b["feats"] = np.asarray(features(b))
 
@@ -682,9 +691,32 @@ def copy_split(runs: np.ndarray, ngram: np.ndarray, max_k: int) -> dict:
             "other_tau_est": tau_from_runs(runs[~copy], max_k)}
 
 
+def walk_taus(batch: dict[str, np.ndarray], runs: np.ndarray, k: int) -> list[float] | None:
+    """The engine's greedy tau (response tokens / verify steps) on each sequence of the batch at K=k, replayed
+    from accepted-run lengths [B, A]: from the prompt's last token each step keeps min(run, k) drafts and the
+    target's bonus token, and the next block starts after them. Greedy decoding writes these very sequences, so
+    the walk meets the anchors the engine meets, which uniform anchors (tau_est) do not weigh: the engine crosses
+    an easy stretch in few steps and spends many on a hard one. None when the walk needs an anchor that was not
+    drawn (fewer --anchors than response tokens)."""
+    taus = []
+    for row in np.flatnonzero(batch["anchor_valid"].any(1)):
+        valid = batch["anchor_valid"][row]
+        run_at = dict(zip(batch["anchors"][row][valid].tolist(), runs[row][valid].tolist(), strict=True))
+        start, end = int(batch["prompt_lens"][row]) - 1, int(batch["lengths"][row]) - 1
+        anchor, steps = start, 0
+        while anchor < end:
+            if anchor not in run_at:
+                return None
+            anchor, steps = anchor + min(run_at[anchor], k) + 1, steps + 1
+        taus.append((end - start) / steps)
+    return taus
+
+
 def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> dict:
     """tau_est(K = 1..max) of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training), with
-    n-gram lookup's on the same anchors and both split by copy anchors (copy_split)."""
+    n-gram lookup's on the same anchors and both split by copy anchors (copy_split), and the engine's greedy tau
+    replayed on the sequences (walk_taus, mean over sequences as the bench reports it; None unless every response
+    position is an anchor)."""
     from engine.drafters import load_drafter
 
     drafter = load_drafter(checkpoint, target)
@@ -707,9 +739,13 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
     batches = list(anchored_batches(data, args, columns))
     if drafter.name == "dflash":
         batches = [add_hints(b, drafter.cfg) for b in batches]
-    runs = valid_runs(runs_of, params, batches)
+    batch_runs = [np.asarray(runs_of(params, b)) for b in batches]
+    runs = np.concatenate([r[b["anchor_valid"]] for r, b in zip(batch_runs, batches, strict=True)])
     ngram = np.concatenate([ngram_runs(b, max_k)[b["anchor_valid"]] for b in batches])
-    return {"tau_est": tau_from_runs(runs, max_k), **copy_split(runs, ngram, max_k)}
+    walks = [[walk_taus(b, r, k) for b, r in zip(batches, batch_runs, strict=True)] for k in range(1, max_k + 1)]
+    walk_tau = None if any(w is None for ws in walks for w in ws) else [
+        round(float(np.mean([t for w in ws for t in w])), 4) for ws in walks]
+    return {"tau_est": tau_from_runs(runs, max_k), "walk_tau": walk_tau, **copy_split(runs, ngram, max_k)}
 
 
 def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:
@@ -735,13 +771,14 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
     model_card.write_card(out)
 
 
-def record_evaluation(checkpoint: Path, data: str, tau: list[float], command: str) -> None:
-    """Put an offline tau_est evaluation (replacing one on the same data) into the checkpoint's card."""
+def record_evaluation(checkpoint: Path, data: str, scores: dict, command: str) -> None:
+    """Put an offline evaluation (tau_est and, when defined, walk_tau; replacing one on the same data) into the
+    checkpoint's card."""
     path = checkpoint / "training.json"
     card = json.loads(path.read_text())
     keep = [e for e in card.get("evaluations", []) if e.get("data") != data]
-    card["evaluations"] = keep + [{"data": data, "tau_est": tau, "date": time.strftime("%Y-%m-%d"),
-                                   "command": command}]
+    card["evaluations"] = keep + [{"data": data, "tau_est": scores["tau_est"], "walk_tau": scores.get("walk_tau"),
+                                   "date": time.strftime("%Y-%m-%d"), "command": command}]
     path.write_text(json.dumps(card, indent=1))
     model_card.write_card(checkpoint)
 
@@ -841,14 +878,15 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(on), **scores}),
                   flush=True)
             if args.update_card and not args.evaluate_validation:
-                record_evaluation(Path(checkpoint), ",".join(args.data or []), scores["tau_est"], args.command)
+                record_evaluation(Path(checkpoint), ",".join(args.data or []), scores, args.command)
         return
     if args.limit_sequences:  # limits the --data sequences; every export row stays
         train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],
                                      train_rows[train_rows >= n_data]])
     train_set, val = data.subset(train_rows), data.subset(val_rows)
     print(f"data: {len(train_set)} training sequences ({len(train_set.tokens)} tokens), {len(val)} validation; "
-          f"features {'stored' if data.features is not None else 'computed per batch'}", flush=True)
+          f"features {'stored' if train_set.features is not None else 'computed per batch'} (training), "
+          f"{'stored' if val.features is not None else 'computed once'} (validation)", flush=True)
     work = Path(args.work)
     kinds = ["dflash", "eagle3"] if args.drafter == "both" else [args.drafter]
     for kind in kinds:

@@ -13,8 +13,8 @@ from engine.cache import init_cache
 from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.decode import GenerationError
 from engine.model import forward
-from experiments import distill
-from experiments.train_drafter import load_sequences, sample_anchors
+from experiments import distill, train_drafter
+from experiments.train_drafter import feature_columns, load_sequences, sample_anchors, split_validation
 
 PROMPTS = ["What is 12 times 7?", "Write a haiku about rain.",
            "List three prime numbers greater than 50 and explain why each of them is prime."]
@@ -85,6 +85,47 @@ def test_dataset_resumes_after_an_interruption_without_duplicates_or_gaps(target
     seqs = load_sequences([str(tmp_path / "resumed")])
     assert len(seqs) == 5 and seqs.features is not None
     assert all(len(f) == n for f, n in zip(seqs.features, np.diff(seqs.offsets), strict=True))
+
+
+def test_feature_pass_resumes_shard_by_shard_and_training_uses_the_finished_shards(target, tmp_path, monkeypatch,
+                                                                                   capsys):
+    _run(tmp_path / "captured", 5, target)  # features captured while generating
+    captured = load_sequences([str(tmp_path / "captured")])
+    _run(tmp_path / "bare", 5, target, features=False)  # 3 shards: 2, 2 and 1 sequences
+    assert load_sequences([str(tmp_path / "bare")]).features is None
+    real = distill.prefill_features
+    calls = []
+
+    def killed_on_second(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(distill, "prefill_features", killed_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        distill.add_features(tmp_path / "bare", target)
+    partial = load_sequences([str(tmp_path / "bare")])
+    assert [f is not None for f in partial.features] == [True, True, False, False, False]
+    assert partial.subset(np.array([1, 0])).features is not None  # finished shards only: stored
+    assert partial.subset(np.array([0, 2])).features is None  # one row without: computed per batch
+    assert feature_columns(partial, partial.feature_layers[:1], target.cfg.hidden_size) is None
+    seed = next(s for s in range(50) if split_validation(5, 1, s)[1].tolist() == [4])  # validation: shard 2's row
+    train_drafter.main(["--data", str(tmp_path / "bare"), "--limit-sequences", "2", "--val", "1", "--seed", str(seed),
+                        "--layers", "1", "--block-size", "4", "--intermediate", "32", "--draft-vocab", "64",
+                        "--steps", "1", "--eval-every", "1", "--batch", "2", "--seq-len", "64", "--anchors", "2",
+                        "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
+    assert "features stored (training), computed once (validation)" in capsys.readouterr().out
+    card = json.loads((tmp_path / "out" / "smollm2-135m-dflash" / "training.json").read_text())
+    assert card["training"]["steps"] == 1 and card["curve"][-1]["tau_est"][0] >= 1.0
+    monkeypatch.setattr(distill, "prefill_features", real)
+    manifest = distill.add_features(tmp_path / "bare", target)
+    assert all(s["feature_seconds"] >= 0 for s in manifest["shards"])
+    full = load_sequences([str(tmp_path / "bare")])
+    for got, want in zip(full.features, captured.features, strict=True):  # prefill = what generation captured
+        got, want = got[:-1].astype(np.float32), want[:-1].astype(np.float32)  # (it never fed the last token)
+        assert got.shape == want.shape
+        assert np.max(np.abs(got - want) / np.abs(want).max(axis=1, keepdims=True)) < 3e-3
 
 
 def test_dataset_refuses_other_settings_and_corrupt_shards(target, tmp_path):

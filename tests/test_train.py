@@ -96,6 +96,36 @@ def test_ngram_runs_are_the_engine_lookups_accepted_prefix_and_split_copy_anchor
     assert split["other_tau_est"][3] == 3.0 and split["ngram_tau_est"][0] == pytest.approx(1 + 2 / 3, abs=1e-4)
 
 
+def test_walk_replays_the_engines_blocks_from_the_runs_at_every_anchor():
+    """Prompt of 3, 8 response tokens (anchors 2..9): the walk starts at the prompt's last token and jumps past each
+    block's kept drafts and bonus; an anchor it needs but was not drawn makes it undefined."""
+    runs = np.array([[2, 0, 0, 1, 0, 0, 3, 0]])  # run at anchors 2, 3, ..., 9
+    batch = {"anchors": np.arange(2, 10)[None], "anchor_valid": np.ones((1, 8), bool),
+             "prompt_lens": np.array([3]), "lengths": np.array([11])}
+    # K=7: anchor 2 keeps 2 + bonus -> 5 keeps 1 + bonus -> 7 keeps 0 -> 8 keeps 3 (past the end): 4 steps, 8 tokens
+    assert train_drafter.walk_taus(batch, runs, 7) == [2.0]
+    # K=1: 2 -> 4 -> 5 -> 7 -> 8 -> 10 (runs capped at 1): 5 steps
+    assert train_drafter.walk_taus(batch, runs, 1) == [8 / 5]
+    batch["anchor_valid"][0, 3] = False  # anchor 5 not drawn
+    assert train_drafter.walk_taus(batch, runs, 7) is None
+
+
+def test_walk_tau_of_a_checkpoint_equals_the_engines_greedy_tau(target):
+    """Replayed offline from one batched prefill (evaluate_checkpoint), the shipped DFlash's tau on its own greedy
+    output is the tau generate() measured, prompt by prompt."""
+    prompts, k = ["What is 12 times 7? Explain.", "Write a Python function that reverses a list."], 7
+    drafter = load_drafter("dflash", target, k=k)
+    results = [generate(target, p, drafter=drafter, max_new_tokens=48) for p in prompts]
+    seqs = [np.array(r.prompt_ids + r.token_ids, np.int32) for r in results]
+    data = train_drafter.Sequences(np.concatenate(seqs), train_drafter.offsets_of([len(s) for s in seqs]),
+                                   np.array([len(r.prompt_ids) for r in results]))
+    args = train_drafter.parse_args(["--anchors", "512", "--batch", "2"])
+    scores = train_drafter.evaluate_checkpoint(target, drafter.checkpoint, data, args)
+    engine = np.mean([r.stats["tau"] for r in results])
+    assert scores["walk_tau"][k - 1] == pytest.approx(engine, abs=1e-4)
+    assert scores["walk_tau"][k - 1] != scores["tau_est"][k - 1]  # uniform anchors weigh positions otherwise
+
+
 def test_validation_split_stays_fixed_as_shards_are_appended():
     train, val = train_drafter.split_validation(500, 40, seed=3)
     grown_train, grown_val = train_drafter.split_validation(800, 40, seed=3, pool=500)
