@@ -197,6 +197,36 @@ def _write_shard(out: Path, manifest: dict, number: int, pending: dict, done: di
     _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
 
 
+def prompt_rows(source: str, n_prompts: int, seed: int, mix: dict | None) -> list[dict]:
+    """The first n_prompts prompts {prompt, kind, ...} of a dataset's prompt source (a manifest's prompt_source)."""
+    if source.startswith("suite:"):
+        suite = source.removeprefix("suite:")
+        return [{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite)[:n_prompts]]
+    return build_prompts(n_prompts, seed, mix)
+
+
+def row_kinds(*dirs: str | Path) -> np.ndarray:
+    """The prompt kind (math, code, ..., or the suite) of every sequence of the datasets, in load_dataset's row
+    order, from their prompt sources rebuilt. A shard whose prompts hash differs from the source's now (or that
+    predates prompt hashes) gives "unknown": its generators have changed since, so the kinds cannot be trusted."""
+    kinds = []
+    for d in map(Path, dirs):
+        manifest = read_manifest(d)
+        if manifest is None:
+            raise DatasetError(f"{d} has no {MANIFEST}: not a distill dataset (python -m experiments.distill)")
+        shards = manifest["shards"]
+        n = max((s["first_prompt"] + s["prompts"] for s in shards), default=0)
+        rows = prompt_rows(manifest["prompt_source"], n, manifest["seed"], manifest["mix"])
+        for shard in shards:
+            with np.load(d / shard["file"], allow_pickle=False) as f:
+                index = f["prompt_index"]
+            idx = range(shard["first_prompt"], shard["first_prompt"] + shard["prompts"])
+            trusted = manifest["prompt_source"].startswith("suite:") or (
+                "prompts_sha256" in shard and shard["prompts_sha256"] == prompts_hash(rows, idx))
+            kinds += [rows[i]["kind"] if trusted else "unknown" for i in index]
+    return np.array(kinds, dtype=object)
+
+
 def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict | None = None, max_new: int = 192,
         max_prompt: int = 384, slots: int = 32, shard_size: int = 256, features: bool = True,
         suite: str | None = None) -> dict:
@@ -220,8 +250,7 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
     out.mkdir(parents=True, exist_ok=True)
     if manifest["shards"] and manifest["shards"][-1]["prompts"] < shard_size:
         manifest["shards"].pop()  # a short last shard is redone in full when the dataset grows
-    rows = ([{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite)[:n_prompts]] if suite
-            else build_prompts(n_prompts, seed, mix))
+    rows = prompt_rows(settings["prompt_source"], n_prompts, seed, mix)
     kinds = sorted({r["kind"] for r in rows})
     for shard in manifest["shards"]:
         idx = range(shard["first_prompt"], shard["first_prompt"] + shard["prompts"])

@@ -849,6 +849,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--update-card", action="store_true", help="with --evaluate: record it in the checkpoint's card")
     ap.add_argument("--evaluate-validation", action="store_true",
                     help="with --evaluate: only the validation split (--val, --val-pool, --seed) training holds out")
+    ap.add_argument("--by-kind", action="store_true",
+                    help="with --evaluate: score each prompt kind (math, code, ..., suite) of the data on its own")
     args = ap.parse_args(argv)
     if args.domino is not None and not re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", args.domino):
         ap.error(f"--domino needs EMB:GRU, two positive integers such as 64:256; got {args.domino!r}")
@@ -872,13 +874,18 @@ def main(argv: list[str] | None = None) -> None:
     pool = n_data if args.val_pool is None else min(args.val_pool, n_data)
     train_rows, val_rows = split_validation(len(data), args.val, args.seed, pool)
     if args.evaluate:
-        on = data.subset(val_rows) if args.evaluate_validation else data
+        rows = val_rows if args.evaluate_validation else np.arange(len(data))
+        groups = {"all": rows}
+        if args.by_kind:  # export rows (after the --data rows) are their own kind
+            kinds = np.concatenate([distill.row_kinds(*args.data or []), ["export"] * (len(data) - n_data)])
+            groups = {kind: rows[kinds[rows] == kind] for kind in sorted(set(kinds[rows]))}
         for checkpoint in args.evaluate:
-            scores = evaluate_checkpoint(target, checkpoint, on, args)
-            print(json.dumps({"checkpoint": checkpoint, "data": args.data, "sequences": len(on), **scores}),
-                  flush=True)
-            if args.update_card and not args.evaluate_validation:
-                record_evaluation(Path(checkpoint), ",".join(args.data or []), scores, args.command)
+            for kind, group in groups.items():
+                scores = evaluate_checkpoint(target, checkpoint, data.subset(group), args)
+                print(json.dumps({"checkpoint": checkpoint, "data": args.data, "kind": kind, "sequences": len(group),
+                                  **scores}), flush=True)
+                if args.update_card and not args.evaluate_validation and not args.by_kind:
+                    record_evaluation(Path(checkpoint), ",".join(args.data or []), scores, args.command)
         return
     if args.limit_sequences:  # limits the --data sequences; every export row stays
         train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],

@@ -156,6 +156,12 @@ def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_fr
     for tau, copy, other in zip(evaluated["tau_est"], evaluated["copy_tau_est"], evaluated["other_tau_est"],
                                 strict=True):
         assert tau - 1 == pytest.approx(f * (copy - 1) + (1 - f) * (other - 1), abs=2e-3)
+    train_drafter.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation", "--by-kind"])
+    by_kind = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    kinds = distill.row_kinds(tiny_data)
+    kinds = kinds[train_drafter.split_validation(len(kinds), 2, 0)[1]]  # the validation split's, each on its own
+    assert {r["kind"]: r["sequences"] for r in by_kind} == {k: int((kinds == k).sum()) for k in set(kinds)}
+    assert all(r["tau_est"][0] >= 1 for r in by_kind)
     train_drafter.main([*shared, "--init", str(checkpoint), "--steps", "1", "--eval-every", "1",
                         "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "second"])
     card = json.loads((tmp_path / "second-dflash" / "training.json").read_text())

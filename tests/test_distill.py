@@ -14,6 +14,7 @@ from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.decode import GenerationError
 from engine.model import forward
 from experiments import distill, train_drafter
+from experiments.train_data import build_prompts
 from experiments.train_drafter import feature_columns, load_sequences, sample_anchors, split_validation
 
 PROMPTS = ["What is 12 times 7?", "Write a haiku about rain.",
@@ -141,6 +142,18 @@ def test_dataset_refuses_other_settings_and_corrupt_shards(target, tmp_path):
     (tmp_path / manifest["shards"][0]["file"]).write_bytes(b"not a shard")
     with pytest.raises(distill.DatasetError, match="checksum"):
         distill.load_dataset(tmp_path)
+
+
+def test_row_kinds_rebuild_each_sequences_prompt_kind_and_distrust_changed_generators(target, tmp_path):
+    _run(tmp_path, 4, target, features=False)
+    index = np.concatenate([np.load(tmp_path / s["file"])["prompt_index"]
+                            for s in distill.read_manifest(tmp_path)["shards"]])
+    rows = build_prompts(4, 0, MIX)
+    assert distill.row_kinds(tmp_path).tolist() == [rows[i]["kind"] for i in index]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"][0]["prompts_sha256"] = "0" * 16  # as if the generators had changed since
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert distill.row_kinds(tmp_path).tolist() == ["unknown"] * 2 + [rows[i]["kind"] for i in index[2:]]
 
 
 def test_anchors_cover_response_positions_only_without_replacement():
