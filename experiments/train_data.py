@@ -7,6 +7,8 @@
 - code: HumanEval-like tasks in several prompt forms: synthetic functions (signature, docstring and doctest
   examples computed by a reference implementation) and Python standard-library signatures and docstrings.
 - chat: MT-Bench-like instructions from templates over topics, roles and audiences.
+- story: GSM8K-like problems chained from 2-4 steps over a running count or sum of money, with distractors.
+  Not in DEFAULT_MIX.
 - drill: procedural number prompts (sequences to continue, counting, tables, arithmetic, school algebra; see
   experiments/drill_prompts.py). Not in DEFAULT_MIX: ask for it with a mix.
 
@@ -34,7 +36,7 @@ from experiments.code_tasks import CODE_TASKS
 from experiments.drill_prompts import drill_prompt
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, load_suite, package_file
 
-KINDS = ("math", "code", "chat", "sharegpt", "drill")
+KINDS = ("math", "story", "code", "chat", "sharegpt", "drill")
 DEFAULT_MIX = {"math": 0.3, "code": 0.3, "sharegpt": 0.3, "chat": 0.1}
 
 # ---------------------------------------------------------------- ShareGPT
@@ -215,23 +217,73 @@ def _story(rng: random.Random) -> dict[str, str]:
                  "vehicle": rng.choice(VEHICLES), "instrument": rng.choice(INSTRUMENTS)}
 
 
-def render_math(template: tuple[str, str, str], rng: random.Random) -> tuple[str, int | float]:
-    """(problem text, answer) of one MATH_TEMPLATES entry with sampled people, objects and numbers."""
-    spec, text, answer = template
-    ns = _story(rng) | _variables(spec, rng)
-
+def _fill(text: str, ns: dict) -> str:
+    """text with each {EXPR} or {EXPR:FORMAT} evaluated over ns (whole floats written as integers)."""
     def fill(match: re.Match) -> str:
         expr, _, fmt = match.group(1).partition(":")
         value = eval(expr, _EVAL, ns)
         return format(int(value) if isinstance(value, float) and value.is_integer() else value, fmt)
 
-    return _PLACEHOLDER.sub(fill, text), eval(answer, _EVAL, ns)
+    return _PLACEHOLDER.sub(fill, text)
+
+
+def render_math(template: tuple[str, str, str], rng: random.Random) -> tuple[str, int | float]:
+    """(problem text, answer) of one MATH_TEMPLATES entry with sampled people, objects and numbers."""
+    spec, text, answer = template
+    ns = _story(rng) | _variables(spec, rng)
+    return _fill(text, ns), eval(answer, _EVAL, ns)
 
 
 def math_prompt(rng: random.Random) -> tuple[str, str]:
     """(prompt, source) of a random word problem."""
     i = rng.randrange(len(MATH_TEMPLATES))
     return render_math(MATH_TEMPLATES[i], rng)[0] + rng.choice(MATH_SUFFIXES), f"math/{i}"
+
+
+# STORY: multi-step problems chained from clauses (experiments/prompt_tables/story.json). A family (count, money)
+# has openings that set a running value v, steps whose "op" maps v to its next value (drawn again until it is
+# whole and in 1..MAX_STORY_VALUE) and questions; a distractor sentence with a number the answer does not use is
+# sometimes added. Templates give GSM8K's wording one step at a time; chains give its length and its many steps.
+_STORY_TABLE = prompt_table("story")
+STORY_FAMILIES, STORY_DISTRACTORS = _STORY_TABLE["families"], _STORY_TABLE["distractors"]
+MAX_STORY_VALUE = 5000
+
+
+def _clause(clause: dict, ns: dict, rng: random.Random, expr: str) -> tuple[str, int] | None:
+    """(text, new value) of a clause with numbers drawn until `expr` gives a whole value in range, else None."""
+    for _ in range(50):
+        values = _variables(clause["vars"], rng) if clause["vars"] else {}
+        value = eval(expr, _EVAL, ns | values)
+        if float(value).is_integer() and 0 < value <= MAX_STORY_VALUE:
+            return _fill(clause["text"], ns | values), int(value)
+    return None
+
+
+def render_story(family: str, rng: random.Random) -> tuple[str, int]:
+    """(problem text, answer) of a chain of 2-4 steps of one family, with sampled people, objects and numbers."""
+    table = STORY_FAMILIES[family]
+    ns = _story(rng)
+    opening = rng.choice(table["openings"])
+    ns["unit"] = ns[opening.get("unit", "item")]
+    text, v = _clause(opening, ns, rng, opening.get("value", "v"))
+    sentences, n_steps = [text], rng.randint(2, 4)
+    for step in rng.sample(table["steps"], len(table["steps"])):
+        if len(sentences) > n_steps:
+            break
+        done = _clause(step, ns | {"v": v}, rng, step["op"])
+        if done is not None:
+            sentences.append(done[0])
+            v = done[1]
+    if rng.random() < 0.3:
+        distractor = _fill(rng.choice(STORY_DISTRACTORS), ns | {"w": rng.randint(2, 60)})
+        sentences.insert(rng.randint(1, len(sentences)), distractor)
+    return " ".join(sentences + [_fill(rng.choice(table["questions"]), ns)]), v
+
+
+def story_prompt(rng: random.Random) -> tuple[str, str]:
+    """(prompt, source) of a random chained word problem."""
+    family = rng.choice(sorted(STORY_FAMILIES))
+    return render_story(family, rng)[0] + rng.choice(MATH_SUFFIXES), f"story/{family}"
 
 
 # ---------------------------------------------------------------- code
@@ -329,7 +381,8 @@ def chat_prompt(rng: random.Random) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- mixture
 
-GENERATORS = {"math": math_prompt, "code": code_prompt, "chat": chat_prompt, "drill": drill_prompt}
+GENERATORS = {"math": math_prompt, "story": story_prompt, "code": code_prompt, "chat": chat_prompt,
+              "drill": drill_prompt}
 
 
 def _candidates(kind: str, seed: int) -> Iterator[tuple[str, str]]:
