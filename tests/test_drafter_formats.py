@@ -522,7 +522,7 @@ def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_l
     assert_lossless(d)
 
 
-def test_a_hint_bias_drafts_a_hint_within_the_bias_of_the_argmax_and_stays_lossless(tmp_path):
+def test_a_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_the_head_lacks_and_stays_lossless(tmp_path):
     conf = fixture("dflash_legacy")
     conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5}
     d = load_drafter(write_checkpoint(tmp_path / "bias", conf, seed=2), TARGET)
@@ -534,9 +534,22 @@ def test_a_hint_bias_drafts_a_hint_within_the_bias_of_the_argmax_and_stays_lossl
     assert ids.tolist() == [[2, 1, 1, 3]]
     np.testing.assert_allclose(q, jax.nn.softmax(logits)[0, jnp.arange(4), ids[0]][None], rtol=1e-6)
     assert dflash.pick_drafts(replace(d.cfg, hint_bias=0.0), logits, hints)[0].tolist() == [[1, 1, 1, 3]]
-    restricted = jnp.asarray([7, 2, 5, 3])  # draft vocabulary: a hint outside it is never drafted
+    restricted = jnp.asarray([7, 2, 5, 3])  # draft vocabulary: a hint outside it (9) is not drafted ...
     assert dflash.pick_drafts(d.cfg, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
+    oov = replace(d.cfg, oov_hints=True)  # ... unless oov_hints, with q = 0
+    ids, q = dflash.pick_drafts(oov, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)
+    assert ids.tolist() == [[5, 2, 9, 3]] and float(q[0, 2]) == 0.0 and float(q[0, 3]) > 0.9
+    assert dflash.pick_drafts(oov, logits, jnp.asarray([[5, 2, MASK, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
+    assert dflash.pick_drafts(replace(oov, hint_bias=0.0), logits, jnp.asarray([[5, 2, 9, 3]]),
+                              restricted)[0].tolist() == [[2, 2, 9, 3]]  # the argmax, or the hint it cannot rank
+    conf["dflash_config"]["oov_hints"] = True
+    assert load_drafter(write_checkpoint(tmp_path / "oov", conf, seed=2), TARGET).cfg == oov
+    assert dflash.load(TARGET, dflash.save_dflash(tmp_path / "oov-saved", oov, d.params)).cfg == oov
     assert_lossless(d)
+    with pytest.raises(DrafterError, match="oov_hints must be true or false"):
+        load_drafter(write_checkpoint(tmp_path / "bad-oov", {**conf, "dflash_config": {**conf["dflash_config"],
+                                                                                         "oov_hints": 1}}), TARGET)
+    conf["dflash_config"].pop("oov_hints")
     for bad, message in ((-1.0, "finite number >= 0"), ("1", "finite number >= 0"), (True, "finite number >= 0")):
         conf["dflash_config"]["hint_bias"] = bad
         with pytest.raises(DrafterError, match=message):

@@ -110,7 +110,7 @@ IGNORED_KEYS = {
 }
 DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids", "block_size", "causal",
                               "num_target_layers", "shift_label", "projector_type", "pure_draft_prefix_len",
-                              "emb_dim", "gru_hidden_dim", "lookup_hints", "hint_bias"})
+                              "emb_dim", "gru_hidden_dim", "lookup_hints", "hint_bias", "oov_hints"})
 # dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
 DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
                   "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
@@ -138,6 +138,8 @@ class DFlashConfig:
         keep it.
     hint_bias: with lookup hints, a hint whose logit is within hint_bias of the best one is drafted instead of the
         argmax (`dflash_config.hint_bias`, a serving rule; 0: plain argmax; see pick_drafts).
+    oov_hints: with lookup hints, a hint the draft vocabulary lacks is drafted (`dflash_config.oov_hints`, a serving
+        rule: the drafter cannot rank such a token, so it would otherwise always draft something else).
     """
 
     body: ModelConfig
@@ -153,6 +155,7 @@ class DFlashConfig:
     domino: Domino | None = None
     lookup_hints: int = 0
     hint_bias: float = 0.0
+    oov_hints: bool = False
 
     def window(self, layer: int) -> int | None:
         return self.windows[layer] if self.windows else None
@@ -291,9 +294,14 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
         raise DrafterError(f"DFlash dflash_config.hint_bias must be a finite number >= 0, got {hint_bias!r}")
     if hint_bias and not hints:
         raise DrafterError("DFlash dflash_config.hint_bias needs lookup_hints (there are no hints to prefer)")
+    oov_hints = extra.get("oov_hints", False)
+    if not isinstance(oov_hints, bool):
+        raise DrafterError(f"DFlash dflash_config.oov_hints must be true or false, got {oov_hints!r}")
+    if oov_hints and not hints:
+        raise DrafterError("DFlash dflash_config.oov_hints needs lookup_hints (there are no hints to draft)")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
                         windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
-                        shift, _domino_of(hf, extra, archs), hints, float(hint_bias))
+                        shift, _domino_of(hf, extra, archs), hints, float(hint_bias), oov_hints)
 
 
 def _domino_of(hf: dict, extra: dict, archs: list) -> Domino | None:
@@ -341,6 +349,8 @@ def config_json(cfg: DFlashConfig) -> dict:
         out["dflash_config"]["lookup_hints"] = cfg.lookup_hints
     if cfg.hint_bias:
         out["dflash_config"]["hint_bias"] = cfg.hint_bias
+    if cfg.oov_hints:
+        out["dflash_config"]["oov_hints"] = True
     if cfg.domino is not None:
         out |= {"architectures": [DOMINO_ARCHITECTURE], "auto_map": {"AutoModel": "domino.DominoDraftModel"}}
         out["dflash_config"] |= {"projector_type": "domino", "pure_draft_prefix_len": cfg.domino.prefix_len,
@@ -510,18 +520,25 @@ def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = 
                 draft_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd]: the argmax, or,
     under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where none) when its logit is within hint_bias of
-    the argmax's and it is in the draft vocabulary. Drafts are deterministic proposals, so any pick stays lossless."""
+    the argmax's, and under cfg.oov_hints when the draft vocabulary lacks it (its probability is 0). Drafts are
+    deterministic proposals, so any pick stays lossless."""
     best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    if hints is not None and cfg.hint_bias:
+    unrankable = None
+    if hints is not None and (cfg.hint_bias or cfg.oov_hints):
         slot = hints if draft_ids is None else jnp.full(cfg.body.vocab_size, -1, jnp.int32).at[draft_ids].set(
             jnp.arange(len(draft_ids), dtype=jnp.int32))[hints]
         slot_ok = jnp.maximum(slot, 0)
         top = jnp.take_along_axis(logits, best[..., None], axis=-1)[..., 0]
         near = jnp.take_along_axis(logits, slot_ok[..., None], axis=-1)[..., 0] + cfg.hint_bias >= top
-        best = jnp.where((hints != cfg.mask_token_id) & (slot >= 0) & near, slot_ok, best)
+        hinted = hints != cfg.mask_token_id
+        best = jnp.where(hinted & (slot >= 0) & near, slot_ok, best)
+        unrankable = hinted & (slot < 0) & cfg.oov_hints
     picked = jnp.take_along_axis(logits, best[..., None], axis=-1)
     q = 1.0 / jnp.sum(jnp.exp(logits - picked), axis=-1)
-    return (best if draft_ids is None else draft_ids[best]), q
+    ids = best if draft_ids is None else draft_ids[best]
+    if unrankable is None:
+        return ids, q
+    return jnp.where(unrankable, hints, ids), jnp.where(unrankable, 0.0, q)
 
 
 def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
