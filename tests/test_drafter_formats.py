@@ -522,7 +522,7 @@ def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_l
     assert_lossless(d)
 
 
-def test_a_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_the_head_lacks_and_stays_lossless(tmp_path):
+def test_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_outside_the_head_and_both_stay_lossless(tmp_path):
     conf = fixture("dflash_legacy")
     conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5}
     d = load_drafter(write_checkpoint(tmp_path / "bias", conf, seed=2), TARGET)
@@ -557,3 +557,6 @@ def test_a_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_the_head_lacks_
     conf["dflash_config"] = {**conf["dflash_config"], "hint_bias": 1.0, "lookup_hints": 0}
     with pytest.raises(DrafterError, match="needs lookup_hints"):
         load_drafter(write_checkpoint(tmp_path / "nohints", conf), TARGET)
+    conf["dflash_config"] = {**conf["dflash_config"], "hint_bias": 0.0, "oov_hints": True}
+    with pytest.raises(DrafterError, match="oov_hints needs lookup_hints"):
+        load_drafter(write_checkpoint(tmp_path / "oov-nohints", conf), TARGET)
