@@ -86,6 +86,8 @@ def render_card(name: str, card: dict) -> str:
         shape += f", lookup hints (blocks start from {arch['lookup_hints']}-gram prompt lookup over the context)"
     if arch.get("hint_bias"):
         shape += f", hint bias {arch['hint_bias']:g} (a hint within that many logits of the argmax is drafted)"
+    if arch.get("oov_hints"):
+        shape += ", hints outside the draft vocabulary scored by the target's LM head (`oov_hints`)"
     default = name == f"smollm2-135m-{kind}"  # engine/drafters/*.DEFAULT_CHECKPOINT
     lines = [f"# {name}", "", f"{title} drafter for {card.get('target', 'its target')}, trained with draftscope.", "",
              f"- **Format**: {shape}{weights}.",

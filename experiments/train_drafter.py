@@ -224,11 +224,17 @@ def features_fn(target: Target, layers: tuple[int, ...]):
 
 
 def dflash_labels_in(head_vocab: jax.Array, tokens: jax.Array, lengths: jax.Array, anchors: jax.Array,
-                     anchor_valid: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
-    """Labels [B, A, block-1] (indices into the training head's vocabulary) and their validity."""
+                     anchor_valid: jax.Array, block_size: int, hints: jax.Array | None = None,
+                     hint_slot: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """Labels [B, A, block-1] (indices into the training head's vocabulary) and their validity. With hint_slot
+    (the index of dflash.hint_column's column), a label outside the vocabulary that is its row's hint
+    (hints [B, A, block-1], MASK where none) is that column."""
     idx = anchors[..., None] + jnp.arange(1, block_size)
-    labels = jnp.take_along_axis(tokens, jnp.minimum(idx, tokens.shape[1] - 1).reshape(tokens.shape[0], -1), 1)
-    labels = head_vocab[labels].reshape(idx.shape)
+    tokens_at = jnp.take_along_axis(tokens, jnp.minimum(idx, tokens.shape[1] - 1).reshape(tokens.shape[0], -1), 1)
+    tokens_at = tokens_at.reshape(idx.shape)
+    labels = head_vocab[tokens_at]
+    if hint_slot is not None:
+        labels = jnp.where((labels < 0) & (tokens_at == hints), hint_slot, labels)
     valid = (idx < lengths[:, None, None]) & (labels >= 0) & anchor_valid[..., None]
     return jnp.maximum(labels, 0), valid
 
@@ -246,12 +252,16 @@ def distill_loss(logits: jax.Array, labels: jax.Array, target_probs: jax.Array |
     return (1.0 - soft) * ce + soft * kl
 
 
-def next_token_probs(head: dict, last_hidden: jax.Array, rows: jax.Array) -> jax.Array:
+def next_token_probs(head: dict, last_hidden: jax.Array, rows: jax.Array,
+                     column: Callable[[jax.Array, jax.Array], jax.Array] | None = None) -> jax.Array:
     """The target's distribution over the head's vocabulary for the token after each of `rows` [B, ...]:
-    softmax(head(last_hidden[b, row])), last_hidden [B, T, H] the final-normed hidden (feature id N-1)."""
+    softmax(head(last_hidden[b, row])), last_hidden [B, T, H] the final-normed hidden (feature id N-1).
+    column(hidden [B, ..., H], logits) adds the drafter's extra columns (dflash.hint_column)."""
     b, t = last_hidden.shape[:2]
     h = jnp.take_along_axis(last_hidden, jnp.clip(rows, 0, t - 1).reshape(b, -1)[..., None], axis=1)
-    return jax.nn.softmax(head_logits(head, h).reshape(*rows.shape, -1), axis=-1)
+    h = h.reshape(*rows.shape, -1)
+    logits = head_logits(head, h)
+    return jax.nn.softmax(logits if column is None else column(h, logits), axis=-1)
 
 
 def domino_lambda(progress: jax.Array, start: float = 1.0, decay: float = 0.5) -> jax.Array:
@@ -272,12 +282,17 @@ def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Arr
     batch["progress"])."""
     logits, base = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
                                               with_base=True, hints=batch.get("hints"))  # [B, A, S-1, V]
+    hints = batch.get("hints")
+    hint_slot = head_width(head) if logits.shape[-1] > head_width(head) else None  # dflash.hint_column's column
     labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
-                                     batch["anchor_valid"], cfg.block_size)
+                                     batch["anchor_valid"], cfg.block_size,
+                                     None if hints is None else jnp.where(hints != cfg.mask_token_id, hints, -1),
+                                     hint_slot)
     weight = jnp.exp(-jnp.arange(cfg.block_size - 1) / gamma) * valid
     probs = None
     if soft:
-        probs = next_token_probs(head, last_hidden, batch["anchors"][..., None] + jnp.arange(cfg.block_size - 1))
+        probs = next_token_probs(head, last_hidden, batch["anchors"][..., None] + jnp.arange(cfg.block_size - 1),
+                                 lambda h, lg: dflash.hint_column(cfg, head, h, lg, hints))
     loss = distill_loss(logits, labels, probs, soft)
     if cfg.domino is not None:
         lam = domino_lambda(batch["progress"])
@@ -565,6 +580,10 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         head = dflash.restricted_head(head, draft_ids)
     if args.lookup_hints and not cfg.lookup_hints:
         cfg = replace(cfg, lookup_hints=args.lookup_hints)
+    if args.oov_hints:
+        if not cfg.lookup_hints or draft_ids is None or cfg.domino is not None:
+            raise SystemExit("--oov-hints needs lookup hints, a restricted draft vocabulary and no Domino head")
+        cfg = replace(cfg, oov_hints=True)
     if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
         emb_dim, gru = (int(x) for x in args.domino.split(":"))
         cfg = replace(cfg, domino=domino.Domino(args.domino_prefix, emb_dim, gru))
@@ -591,7 +610,8 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
                                                          "intermediate_size": cfg.body.intermediate_size,
                                                          "draft_vocab_size": head_width(head),
                                                          "domino": None if cfg.domino is None else
-                                                         vars(cfg.domino), "lookup_hints": cfg.lookup_hints})
+                                                         vars(cfg.domino), "lookup_hints": cfg.lookup_hints,
+                                                         "oov_hints": cfg.oov_hints})
         return out
 
     columns = stored_columns(data, cfg.target_layer_ids, target, args)
@@ -835,6 +855,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--domino-prefix", type=int, default=1, help="drafts without Domino correction (P)")
     ap.add_argument("--lookup-hints", type=int, default=0, metavar="N",
                     help="DFlash: start each block from prompt lookup (n-grams up to N) instead of MASK tokens")
+    ap.add_argument("--oov-hints", action="store_true",
+                    help="DFlash: score a lookup hint outside the draft vocabulary with the target's LM head and "
+                         "train on it (dflash_config.oov_hints)")
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)

@@ -522,7 +522,7 @@ def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_l
     assert_lossless(d)
 
 
-def test_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_outside_the_head_and_both_stay_lossless(tmp_path):
+def test_hint_bias_drafts_a_hint_near_the_argmax_and_stays_lossless(tmp_path):
     conf = fixture("dflash_legacy")
     conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5}
     d = load_drafter(write_checkpoint(tmp_path / "bias", conf, seed=2), TARGET)
@@ -536,16 +536,8 @@ def test_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_outside_the_head_
     assert dflash.pick_drafts(replace(d.cfg, hint_bias=0.0), logits, hints)[0].tolist() == [[1, 1, 1, 3]]
     restricted = jnp.asarray([7, 2, 5, 3])  # draft vocabulary: a hint outside it (9) is not drafted ...
     assert dflash.pick_drafts(d.cfg, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
-    oov = replace(d.cfg, oov_hints=True)  # ... unless oov_hints, with q = 0
-    ids, q = dflash.pick_drafts(oov, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)
-    assert ids.tolist() == [[5, 2, 9, 3]] and float(q[0, 2]) == 0.0 and float(q[0, 3]) > 0.9
-    assert dflash.pick_drafts(oov, logits, jnp.asarray([[5, 2, MASK, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
-    assert dflash.pick_drafts(replace(oov, hint_bias=0.0), logits, jnp.asarray([[5, 2, 9, 3]]),
-                              restricted)[0].tolist() == [[2, 2, 9, 3]]  # the argmax, or the hint it cannot rank
-    conf["dflash_config"]["oov_hints"] = True
-    assert load_drafter(write_checkpoint(tmp_path / "oov", conf, seed=2), TARGET).cfg == oov
-    assert dflash.load(TARGET, dflash.save_dflash(tmp_path / "oov-saved", oov, d.params)).cfg == oov
     assert_lossless(d)
+    conf["dflash_config"]["oov_hints"] = True
     with pytest.raises(DrafterError, match="oov_hints must be true or false"):
         load_drafter(write_checkpoint(tmp_path / "bad-oov", {**conf, "dflash_config": {**conf["dflash_config"],
                                                                                          "oov_hints": 1}}), TARGET)
@@ -560,3 +552,51 @@ def test_hint_bias_drafts_a_hint_near_the_argmax_oov_hints_one_outside_the_head_
     conf["dflash_config"] = {**conf["dflash_config"], "hint_bias": 0.0, "oov_hints": True}
     with pytest.raises(DrafterError, match="oov_hints needs lookup_hints"):
         load_drafter(write_checkpoint(tmp_path / "oov-nohints", conf), TARGET)
+
+
+def test_oov_hints_score_a_hint_outside_the_draft_vocabulary_with_the_target_head_and_stay_lossless(tmp_path):
+    conf = fixture("dflash_legacy")
+    conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5, "oov_hints": True}
+    rng = np.random.default_rng(3)
+    vocab = _draft_vocab(48, conf["hidden_size"], rng)  # drafts over the target's LM head cut to 48 ids
+    tensors = {**_dflash_tensors(conf, rng), "d2t": vocab["d2t"], "t2d": vocab["t2d"]}
+    d = load_drafter(write_checkpoint(tmp_path / "oov", conf, tensors=tensors), TARGET)
+    ids_vd = np.asarray(d.draft_ids)
+    assert d.cfg.oov_hints and len(ids_vd) == 48
+    saved = dflash.save_dflash(tmp_path / "saved", d.cfg, d.params, d2t=ids_vd - np.arange(48))
+    assert dflash.load(TARGET, saved).cfg == d.cfg
+    whole = dflash.DFlashDrafter(TARGET, d.cfg, d.params)  # the same weights over the whole target vocabulary
+
+    ids = [ord(c) for c in "the cat sat on the mat and the c"]
+    hints = np.asarray(dflash.lookup_hints(d.cfg, [ids]))
+    outside = (hints != MASK) & ~np.isin(hints, ids_vd)
+    assert outside.any() and (np.isin(hints, ids_vd)).any()  # the block holds hints outside and inside the cut
+    p, k = len(ids) - 1, d.cfg.block_size - 1
+    state = d.extend(d.start([np.asarray(ids)], 64), _features(ids[:-1], d.feature_layers), np.array([p]))
+    served = [dflash.draft(x.params, x.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]), x.draft_ids,
+                           jnp.asarray(hints), cfg=d.cfg, k=k)[2][0] for x in (d, whole)]
+    restricted, full = np.asarray(served[0]), np.asarray(served[1])
+    assert restricted.shape == (k, 49) and full.shape == (k, VOCAB)
+    np.testing.assert_allclose(restricted[:, :48], full[:, ids_vd], atol=1e-4)  # the cut head's columns
+    rows = np.nonzero(outside[0])[0]  # the hint column: the whole head's logit of the hint, where the cut lacks it
+    np.testing.assert_allclose(restricted[rows, 48], full[rows, hints[0, rows]], atol=1e-4)
+    assert (restricted[~outside[0], 48] == dflash.NO_LOGIT).all()
+    trained = dflash.dflash_train_logits(d.params, d.cfg, d.head, concat_features(_features(ids, d.feature_layers)),
+                                         jnp.asarray([ids]), jnp.asarray([[p]]), hints=jnp.asarray(hints)[:, None])
+    np.testing.assert_allclose(np.asarray(trained[0, 0]), restricted, atol=1e-4)  # training sees the same column
+
+    # the pick runs over the cut vocabulary plus the hint: a hint outside it is drafted within hint_bias of the top
+    cut = jnp.asarray([7, 2, 5, 3])
+    logits = jnp.asarray([[[0.0, 5.0, 3.0, 1.0, dflash.NO_LOGIT], [0.0, 5.0, 2.0, 1.0, 4.0],
+                           [0.0, 5.0, 2.0, 1.0, 1.0], [0.0, 5.0, 2.0, 1.0, 6.0]]])
+    hint_ids = jnp.asarray([[5, 9, 9, 9]])  # inside the cut; outside and near; outside and far; outside and top
+    picked, q = dflash.pick_drafts(d.cfg, logits, hint_ids, cut)
+    assert picked.tolist() == [[5, 9, 2, 9]]
+    np.testing.assert_allclose(q[0], jax.nn.softmax(logits[0])[jnp.arange(4), jnp.asarray([2, 4, 1, 4])], rtol=1e-6)
+    assert dflash.pick_drafts(replace(d.cfg, hint_bias=0.0), logits, hint_ids, cut)[0].tolist() == [[2, 2, 2, 9]]
+
+    assert_lossless(dflash.DFlashDrafter(TARGET, replace(d.cfg, hint_bias=100.0), d.params,
+                                         d2t=ids_vd - np.arange(48)))  # every hint drafted, outside the cut too
+    own_head = {**tensors, "lm_head.weight": vocab["lm_head.weight"]}
+    with pytest.raises(DrafterError, match="own restricted lm_head"):
+        load_drafter(write_checkpoint(tmp_path / "own", conf, tensors=own_head), TARGET)

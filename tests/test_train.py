@@ -11,7 +11,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from engine import generate, load_drafter, load_target
-from engine.drafters import eagle3
+from engine.config import ModelConfig
+from engine.drafters import dflash, eagle3
 from engine.drafters.dflash import init_dflash, save_dflash
 from experiments import train_drafter
 from experiments.train_data import build_prompts
@@ -213,6 +214,38 @@ def test_soft_targets_are_the_targets_next_token_distribution_at_each_label(targ
     assert probs.shape == (1, 2, 4, target.cfg.vocab_size)
     np.testing.assert_array_equal(np.argmax(probs, -1)[0], tokens[0][np.asarray(rows[0]) + 1])
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_its_rows_hint():
+    """With oov_hints, a label outside the restricted vocabulary is trained on when the lookup hint of its row is
+    that token (the hint column, index Vd); otherwise it stays no label. Soft targets get the same column."""
+    vocab, mask = 12, 11
+    draft_ids = np.array([0, 2, 4, 6, 8])  # Vd = 5: odd ids lie outside
+    to_vocab = np.full(vocab, -1, np.int32)
+    to_vocab[draft_ids] = np.arange(5)
+    tokens = jnp.asarray([[0, 2, 3, 5, 4, 7, 6, 9]])
+    anchors, anchor_valid = jnp.asarray([[1]]), jnp.asarray([[True]])
+    hints = jnp.asarray([[[3, 9, 4, 7, mask, 2]]])  # rows predict 3 5 4 7 6 9: hinted outside, wrong, inside, outside
+    args = (jnp.asarray(to_vocab), tokens, jnp.asarray([8]), anchors, anchor_valid, 7)
+    labels, valid = train_drafter.dflash_labels_in(*args)
+    assert valid[0, 0].tolist() == [False, False, True, False, True, False]
+    labels, valid = train_drafter.dflash_labels_in(*args, jnp.where(hints != mask, hints, -1), 5)
+    assert valid[0, 0].tolist() == [True, False, True, True, True, False]
+    assert labels[0, 0].tolist()[:4] == [5, 0, 2, 5]
+
+    body = ModelConfig("qwen3", vocab, 4, 8, 1, 1, 1, 4, 1e-6, 1e4, 64)
+    cfg = dflash.DFlashConfig(body, 7, mask, (0,), 1, lookup_hints=3, oov_hints=True)
+    rng = np.random.default_rng(0)
+    embed = jnp.asarray(rng.normal(size=(vocab, 4)), jnp.float32)
+    head = dflash.restricted_head({"embed": embed}, draft_ids)
+    last = jnp.asarray(rng.normal(size=(1, 8, 4)), jnp.float32)
+    rows = anchors[..., None] + jnp.arange(6)
+    probs = train_drafter.next_token_probs(head, last, rows, lambda h, lg: dflash.hint_column(cfg, head, h, lg, hints))
+    full = last[0, np.asarray(rows[0, 0])] @ embed.T  # the target's logits over its whole vocabulary, rows 1..6
+    for j, hint in enumerate(np.asarray(hints[0, 0])):
+        outside = hint != mask and to_vocab[hint] < 0
+        kept = np.concatenate([full[j, draft_ids], full[j, [hint]] if outside else [-np.inf]])
+        np.testing.assert_allclose(probs[0, 0, j], jax.nn.softmax(kept), rtol=1e-5, atol=1e-7)
 
 
 def test_anchors_cover_every_valid_response_position_when_enough_are_asked():

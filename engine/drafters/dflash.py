@@ -114,6 +114,7 @@ DFLASH_READ_KEYS = frozenset({"mask_token_id", "mask_token", "target_layer_ids",
 # dflash_config keys read only at the value that leaves drafting as implemented (anything else is refused)
 DFLASH_NEUTRAL = {"use_aux_hidden_state": True, "attention_sink_bias": False, "input_embedding_scale": 1.0,
                   "output_multiplier": 1.0, "final_logit_softcapping": None, "position_scheme": "incremental"}
+NO_LOGIT = -1e9  # the logit of a column that holds no candidate (hint_column)
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,8 @@ class DFlashConfig:
         keep it.
     hint_bias: with lookup hints, a hint whose logit is within hint_bias of the best one is drafted instead of the
         argmax (`dflash_config.hint_bias`, a serving rule; 0: plain argmax; see pick_drafts).
-    oov_hints: with lookup hints, a hint the draft vocabulary lacks is drafted (`dflash_config.oov_hints`, a serving
-        rule: the drafter cannot rank such a token, so it would otherwise always draft something else).
+    oov_hints: with lookup hints and a restricted draft vocabulary, a hint the vocabulary lacks is scored by the
+        target's whole LM head and competes with the vocabulary (`dflash_config.oov_hints`; see hint_column).
     """
 
     body: ModelConfig
@@ -299,9 +300,13 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
         raise DrafterError(f"DFlash dflash_config.oov_hints must be true or false, got {oov_hints!r}")
     if oov_hints and not hints:
         raise DrafterError("DFlash dflash_config.oov_hints needs lookup_hints (there are no hints to draft)")
+    domino = _domino_of(hf, extra, archs)
+    if oov_hints and domino is not None:
+        raise DrafterError("DFlash dflash_config.oov_hints does not combine with a Domino head (its rollout drafts "
+                           "from the draft vocabulary only)")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
                         windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
-                        shift, _domino_of(hf, extra, archs), hints, float(hint_bias), oov_hints)
+                        shift, domino, hints, float(hint_bias), oov_hints)
 
 
 def _domino_of(hf: dict, extra: dict, archs: list) -> Domino | None:
@@ -497,7 +502,7 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
     Sequence b's block starts at starts[b] = its context length (its first starts[b] cache rows). With a
     restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
     Returns ids [B, k] int32 (argmax of drafts 1..k: see draft_rows; with a Domino head its rollout), q [B, k] (their
-    drafter probability), logits [B, k, V or Vd].
+    drafter probability), logits [B, k, V or Vd] (Vd + 1 with hint_column's column).
     """
     ids, positions = block_tokens(cfg, anchors, starts, hints)
     b, s, size = len(starts), ctx_k[0].shape[2], cfg.block_size
@@ -512,33 +517,49 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
         to_target = (lambda i: i) if draft_ids is None else (lambda i: draft_ids[i])
         logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors),
                                      lambda i: embed(head, to_target(i)))
-    best, q = pick_drafts(cfg, logits, None if hints is None else hints[:, :k], draft_ids)
+    hints = None if hints is None else hints[:, :k]
+    logits = hint_column(cfg, head, rows, logits, hints)
+    best, q = pick_drafts(cfg, logits, hints, draft_ids)
     return best, q, logits
 
 
 def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = None,
                 draft_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd]: the argmax, or,
-    under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where none) when its logit is within hint_bias of
-    the argmax's, and under cfg.oov_hints when the draft vocabulary lacks it (its probability is 0). Drafts are
-    deterministic proposals, so any pick stays lossless."""
+    """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd], or [..., k, Vd + 1]
+    with hint_column's column: the argmax, or, under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where
+    none) when its logit is within hint_bias of the argmax's. Drafts are deterministic proposals, so any pick stays
+    lossless."""
     best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    unrankable = None
-    if hints is not None and (cfg.hint_bias or cfg.oov_hints):
+    vd = logits.shape[-1] if draft_ids is None else len(draft_ids)
+    if hints is not None and cfg.hint_bias:
         slot = hints if draft_ids is None else jnp.full(cfg.body.vocab_size, -1, jnp.int32).at[draft_ids].set(
-            jnp.arange(len(draft_ids), dtype=jnp.int32))[hints]
+            jnp.arange(vd, dtype=jnp.int32))[hints]
+        hinted = hints != cfg.mask_token_id
+        if logits.shape[-1] > vd:  # the hint column scores a hint outside the vocabulary
+            slot = jnp.where(hinted & (slot < 0), vd, slot)
         slot_ok = jnp.maximum(slot, 0)
         top = jnp.take_along_axis(logits, best[..., None], axis=-1)[..., 0]
         near = jnp.take_along_axis(logits, slot_ok[..., None], axis=-1)[..., 0] + cfg.hint_bias >= top
-        hinted = hints != cfg.mask_token_id
         best = jnp.where(hinted & (slot >= 0) & near, slot_ok, best)
-        unrankable = hinted & (slot < 0) & cfg.oov_hints
     picked = jnp.take_along_axis(logits, best[..., None], axis=-1)
     q = 1.0 / jnp.sum(jnp.exp(logits - picked), axis=-1)
-    ids = best if draft_ids is None else draft_ids[best]
-    if unrankable is None:
-        return ids, q
-    return jnp.where(unrankable, hints, ids), jnp.where(unrankable, 0.0, q)
+    if draft_ids is None:
+        return best, q
+    return jnp.where(best == vd, hints if hints is not None else 0, draft_ids[jnp.minimum(best, vd - 1)]), q
+
+
+def hint_column(cfg: DFlashConfig, head: dict, rows: jax.Array, logits: jax.Array,
+                hints: jax.Array | None) -> jax.Array:
+    """Under cfg.oov_hints, logits [..., k, Vd] of a restricted head (restricted_head) with one more column: each
+    row's lookup hint (hints [..., k]) scored by the target's whole LM head from its hidden rows [..., k, H] when the
+    draft vocabulary lacks it, NO_LOGIT when it has it or there is none. Drafting and training then run over the
+    vocabulary plus the hint. Unchanged otherwise."""
+    if not cfg.oov_hints or hints is None or "slots" not in head:
+        return logits
+    w = head["full_rows"][hints]  # [..., k, H]
+    score = jnp.einsum("...h,...h->...", rows.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    outside = (head["slots"][hints] < 0) & (hints != cfg.mask_token_id)
+    return jnp.concatenate([logits, jnp.where(outside, score, NO_LOGIT)[..., None].astype(logits.dtype)], axis=-1)
 
 
 def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
@@ -548,9 +569,16 @@ def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
 
 
 def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
-    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole)."""
+    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole). The whole head
+    stays too, as rows full_rows [V, H] (the embedding itself when tied), with slots [V] (each target id's column,
+    -1 outside the cut), for hint_column."""
+    ids = np.asarray(draft_ids)
     w = head["lm_head"] if "lm_head" in head else head["embed"].T
-    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(draft_ids)]}
+    slots = np.full(head["embed"].shape[0], -1, np.int32)
+    slots[ids] = np.arange(len(ids), dtype=np.int32)
+    full_rows = jnp.asarray(head["lm_head"]).T if "lm_head" in head else head["embed"]
+    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(ids)], "full_rows": full_rows,
+            "slots": jnp.asarray(slots)}
 
 
 def drafter_head(target_head: dict, params: dict, draft_ids: jax.Array | None) -> dict:
@@ -606,7 +634,7 @@ def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: j
     # blocks mapped over anchors against the one context K/V: memory and work linear in the number of anchors
     h = jax.vmap(one_block, in_axes=(1, 1), out_axes=1)(ids, anchors)  # [B, A, size, H]
     rows = draft_rows(cfg, h, size - 1)
-    base = head_logits(head, rows)
+    base = hint_column(cfg, head, rows, head_logits(head, rows), hints)
     logits = base
     if cfg.domino is not None:  # the true block tokens 0..size-2 (anchor first) feed the GRU
         block = jnp.minimum(anchors[..., None] + jnp.arange(size - 1), t - 1).reshape(b, -1)
@@ -641,6 +669,9 @@ class DFlashDrafter:
         # an optional restricted draft vocabulary (checkpoint tensor d2t, as EAGLE-3's): a smaller LM head
         self.draft_ids = None if d2t is None else jnp.asarray(check_d2t(np.asarray(d2t), target.cfg.vocab_size))
         self.head = drafter_head(shared_head(target.params), self.params, self.draft_ids)
+        if cfg.oov_hints and d2t is not None and "slots" not in self.head:
+            raise DrafterError("DFlash dflash_config.oov_hints scores hints with the target's LM head; this drafter "
+                               "drafts with its own restricted lm_head")
         self.mesh = target.mesh
         self.block_size, self.max_k = cfg.block_size, cfg.block_size - 1
         self.k = check_k(self.max_k if k is None else k, self.max_k, self.name)
