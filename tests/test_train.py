@@ -246,6 +246,9 @@ def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_it
         outside = hint != mask and to_vocab[hint] < 0
         kept = np.concatenate([full[j, draft_ids], full[j, [hint]] if outside else [-np.inf]])
         np.testing.assert_allclose(probs[0, 0, j], jax.nn.softmax(kept), rtol=1e-5, atol=1e-7)
+    untied = dflash.restricted_head({"embed": jnp.zeros_like(embed), "lm_head": embed.T}, draft_ids)  # own LM head
+    np.testing.assert_allclose(train_drafter.next_token_probs(
+        untied, last, rows, lambda h, lg: dflash.hint_column(cfg, untied, h, lg, hints)), probs, rtol=1e-5, atol=1e-7)
 
 
 def test_anchors_cover_every_valid_response_position_when_enough_are_asked():

@@ -556,7 +556,10 @@ def hint_column(cfg: DFlashConfig, head: dict, rows: jax.Array, logits: jax.Arra
     vocabulary plus the hint. Unchanged otherwise."""
     if not cfg.oov_hints or hints is None or "slots" not in head:
         return logits
-    w = head["full_rows"][hints]  # [..., k, H]
+    if "full_lm_head" in head:  # untied: columns of the whole LM head [H, V]
+        w = jnp.moveaxis(head["full_lm_head"][:, hints], 0, -1)  # [..., k, H]
+    else:  # tied: the whole head is the embedding [V, H]
+        w = head["embed"][hints]
     score = jnp.einsum("...h,...h->...", rows.astype(w.dtype), w, preferred_element_type=jnp.float32)
     outside = (head["slots"][hints] < 0) & (hints != cfg.mask_token_id)
     return jnp.concatenate([logits, jnp.where(outside, score, NO_LOGIT)[..., None].astype(logits.dtype)], axis=-1)
@@ -569,16 +572,16 @@ def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
 
 
 def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
-    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole). The whole head
-    stays too, as rows full_rows [V, H] (the embedding itself when tied), with slots [V] (each target id's column,
-    -1 outside the cut), for hint_column."""
+    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole). For hint_column
+    the whole head stays too (full_lm_head [H, V] when untied; tied, it is the embedding), with slots [V]: each
+    target id's column, -1 outside the cut."""
     ids = np.asarray(draft_ids)
     w = head["lm_head"] if "lm_head" in head else head["embed"].T
     slots = np.full(head["embed"].shape[0], -1, np.int32)
     slots[ids] = np.arange(len(ids), dtype=np.int32)
-    full_rows = jnp.asarray(head["lm_head"]).T if "lm_head" in head else head["embed"]
-    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(ids)], "full_rows": full_rows,
-            "slots": jnp.asarray(slots)}
+    whole = {"full_lm_head": head["lm_head"]} if "lm_head" in head else {}
+    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(ids)], "slots": jnp.asarray(slots),
+            **whole}
 
 
 def drafter_head(target_head: dict, params: dict, draft_ids: jax.Array | None) -> dict:
