@@ -280,9 +280,9 @@ def dflash_loss(params, cfg, head, feats, batch, gamma: float, to_vocab: jax.Arr
     last_hidden [B, T, H] gives it: draft k of anchor a predicts token a+k, from the target's hidden at a+k-1).
     With a Domino head: (1 - lambda) x the corrected logits' loss + lambda x the base logits' (domino_lambda of
     batch["progress"])."""
-    logits, base = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
-                                              with_base=True, hints=batch.get("hints"))  # [B, A, S-1, V]
     hints = batch.get("hints")
+    logits, base = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
+                                              with_base=True, hints=hints)  # [B, A, S-1, V]
     hint_slot = head_width(head) if logits.shape[-1] > head_width(head) else None  # dflash.hint_column's column
     labels, valid = dflash_labels_in(to_vocab, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size,
@@ -581,7 +581,7 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     if args.lookup_hints and not cfg.lookup_hints:
         cfg = replace(cfg, lookup_hints=args.lookup_hints)
     if args.oov_hints:
-        if not cfg.lookup_hints or draft_ids is None or cfg.domino is not None:
+        if not cfg.lookup_hints or draft_ids is None or cfg.domino is not None or args.domino:
             raise SystemExit("--oov-hints needs lookup hints, a restricted draft vocabulary and no Domino head")
         cfg = replace(cfg, oov_hints=True)
     if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
