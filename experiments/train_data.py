@@ -9,6 +9,8 @@
 - chat: MT-Bench-like instructions from templates over topics, roles and audiences.
 - story: GSM8K-like problems chained from 2-4 steps over a running count or sum of money, with distractors.
   Not in DEFAULT_MIX.
+- chain: the same chains over wider families (time, distance, shopping, savings, production, people), with
+  percentages, rates and distractors. Not in DEFAULT_MIX.
 - drill: procedural number prompts (sequences to continue, counting, tables, arithmetic, school algebra; see
   experiments/drill_prompts.py). Not in DEFAULT_MIX: ask for it with a mix.
 
@@ -29,14 +31,14 @@ import re
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from experiments.code_tasks import CODE_TASKS
 from experiments.drill_prompts import drill_prompt
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, load_suite, package_file
 
-KINDS = ("math", "story", "code", "chat", "sharegpt", "drill")
+KINDS = ("math", "story", "chain", "code", "chat", "sharegpt", "drill")
 DEFAULT_MIX = {"math": 0.3, "code": 0.3, "sharegpt": 0.3, "chat": 0.1}
 
 # ---------------------------------------------------------------- ShareGPT
@@ -240,12 +242,13 @@ def math_prompt(rng: random.Random) -> tuple[str, str]:
     return render_math(MATH_TEMPLATES[i], rng)[0] + rng.choice(MATH_SUFFIXES), f"math/{i}"
 
 
-# STORY: multi-step problems chained from clauses (experiments/prompt_tables/story.json). A family (count, money)
-# has openings that set a running value v, steps whose "op" maps v to its next value (drawn again until it is
-# whole and in 1..MAX_STORY_VALUE) and questions; a distractor sentence with a number the answer does not use is
-# sometimes added. Templates give GSM8K's wording one step at a time; chains give its length and its many steps.
-_STORY_TABLE = prompt_table("story")
-STORY_FAMILIES, STORY_DISTRACTORS = _STORY_TABLE["families"], _STORY_TABLE["distractors"]
+# STORY and CHAIN: multi-step problems chained from clauses (experiments/prompt_tables/story.json, chain.json). A
+# family (count, money; time, distance, ...) has openings that set a running value v, steps whose "op" maps v to
+# its next value (drawn again until it is whole and in 1..MAX_STORY_VALUE) and questions; a distractor sentence
+# with a number the answer does not use is sometimes added. Templates give GSM8K's wording one step at a time;
+# chains give its length and its many steps.
+CHAIN_TABLES = {kind: prompt_table(kind) for kind in ("story", "chain")}
+STORY_FAMILIES, STORY_DISTRACTORS = CHAIN_TABLES["story"]["families"], CHAIN_TABLES["story"]["distractors"]
 MAX_STORY_VALUE = 5000
 
 
@@ -259,9 +262,10 @@ def _clause(clause: dict, ns: dict, rng: random.Random, expr: str) -> tuple[str,
     return None
 
 
-def render_story(family: str, rng: random.Random) -> tuple[str, int]:
-    """(problem text, answer) of a chain of 2-4 steps of one family, with sampled people, objects and numbers."""
-    table = STORY_FAMILIES[family]
+def render_story(family: str, rng: random.Random, kind: str = "story") -> tuple[str, int]:
+    """(problem text, answer) of a chain of 2-4 steps of one family of CHAIN_TABLES[kind], with sampled people,
+    objects and numbers."""
+    table = CHAIN_TABLES[kind]["families"][family]
     ns = _story(rng)
     opening = rng.choice(table["openings"])
     ns["unit"] = ns[opening.get("unit", "item")]
@@ -275,15 +279,15 @@ def render_story(family: str, rng: random.Random) -> tuple[str, int]:
             sentences.append(done[0])
             v = done[1]
     if rng.random() < 0.3:
-        distractor = _fill(rng.choice(STORY_DISTRACTORS), ns | {"w": rng.randint(2, 60)})
+        distractor = _fill(rng.choice(CHAIN_TABLES[kind]["distractors"]), ns | {"w": rng.randint(2, 60)})
         sentences.insert(rng.randint(1, len(sentences)), distractor)
     return " ".join(sentences + [_fill(rng.choice(table["questions"]), ns)]), v
 
 
-def story_prompt(rng: random.Random) -> tuple[str, str]:
-    """(prompt, source) of a random chained word problem."""
-    family = rng.choice(sorted(STORY_FAMILIES))
-    return render_story(family, rng)[0] + rng.choice(MATH_SUFFIXES), f"story/{family}"
+def story_prompt(rng: random.Random, kind: str = "story") -> tuple[str, str]:
+    """(prompt, source) of a random chained word problem of CHAIN_TABLES[kind]."""
+    family = rng.choice(sorted(CHAIN_TABLES[kind]["families"]))
+    return render_story(family, rng, kind)[0] + rng.choice(MATH_SUFFIXES), f"{kind}/{family}"
 
 
 # ---------------------------------------------------------------- code
@@ -381,8 +385,8 @@ def chat_prompt(rng: random.Random) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- mixture
 
-GENERATORS = {"math": math_prompt, "story": story_prompt, "code": code_prompt, "chat": chat_prompt,
-              "drill": drill_prompt}
+GENERATORS = {"math": math_prompt, "story": story_prompt, "chain": partial(story_prompt, kind="chain"),
+              "code": code_prompt, "chat": chat_prompt, "drill": drill_prompt}
 
 
 def _candidates(kind: str, seed: int) -> Iterator[tuple[str, str]]:

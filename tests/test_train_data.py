@@ -93,20 +93,22 @@ def test_math_templates_are_many_and_have_whole_answers():
             assert answer >= 0 and float(answer).is_integer(), (problem, answer)
 
 
-def test_story_problems_chain_steps_to_a_whole_answer_and_every_clause_can_come_out_whole():
+@pytest.mark.parametrize("kind", ["story", "chain"])
+def test_story_problems_chain_steps_to_a_whole_answer_and_every_clause_can_come_out_whole(kind):
     rng = random.Random(0)
-    problems = [td.render_story(family, rng) for family in sorted(td.STORY_FAMILIES) * 500]
+    families = td.CHAIN_TABLES[kind]["families"]
+    problems = [td.render_story(family, rng, kind) for family in sorted(families) * 500]
     for problem, answer in problems:
         assert "{" not in problem and "}" not in problem, problem
         assert isinstance(answer, int) and 0 < answer <= td.MAX_STORY_VALUE, (problem, answer)
         assert problem.endswith("?") and 4 <= len(re.findall(r"[.?](?: |$)", problem)) <= 9, problem
     assert len({p for p, _ in problems}) == len(problems)
     ns = td._story(rng) | {"unit": "marbles"}
-    for family in td.STORY_FAMILIES.values():
+    for family in families.values():
         for step in family["steps"]:  # none whose numbers never come out whole
             assert any(td._clause(step, ns | {"v": v}, rng, step["op"]) for v in (12, 60, 96)), step["text"]
-    rows = td.build_prompts(300, seed=0, mix={"story": 1.0})
-    assert len({r["prompt"] for r in rows}) == 300 and {r["kind"] for r in rows} == {"story"}
+    rows = td.build_prompts(300, seed=0, mix={kind: 1.0})
+    assert len({r["prompt"] for r in rows}) == 300 and {r["kind"] for r in rows} == {kind}
 
 
 def test_code_tasks_and_prompt_forms():
