@@ -248,7 +248,6 @@ def math_prompt(rng: random.Random) -> tuple[str, str]:
 # with a number the answer does not use is sometimes added. Templates give GSM8K's wording one step at a time;
 # chains give its length and its many steps.
 CHAIN_TABLES = {kind: prompt_table(kind) for kind in ("story", "chain")}
-STORY_FAMILIES, STORY_DISTRACTORS = CHAIN_TABLES["story"]["families"], CHAIN_TABLES["story"]["distractors"]
 MAX_STORY_VALUE = 5000
 
 
