@@ -178,13 +178,18 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def drafter_label(drafter: str, checkpoint: str | None) -> str:
+    """A drafter as the tables name it: its kind, and its checkpoint's folder where it has one."""
+    return f"{drafter} ({Path(checkpoint).name})" if checkpoint else drafter
+
+
 def suite_table(rows: list[dict]) -> str:
     """The printed comparison of one suite; peer rows carry `ours_x` (how many times faster ours is)."""
     body = []
     for r in rows:
         check = "-" if r["lossless"] is None else f"{r['n_lossless']}/{r['n']}"
-        label = r["drafter"] + (f" ({Path(r['checkpoint']).name})" if r.get("checkpoint") else "")
-        body.append([label, r["k"], r.get("batch", 1), r["n"], _fmt(r["tau"]),
+        body.append([drafter_label(r["drafter"], r.get("checkpoint")), r["k"], r.get("batch", 1), r["n"],
+                     _fmt(r["tau"]),
                      _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
                      _fmt(r.get("x_ar1"), ".2f") + "x", _fmt(r.get("flat_x"), ".2f") + "x",
                      _fmt(r.get("draft_ms"), ".1f"),

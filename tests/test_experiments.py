@@ -7,8 +7,10 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from experiments import bench, kflat, report
@@ -130,6 +132,20 @@ def test_results_document_is_generated_from_the_history_with_each_tables_command
     assert float(bench_rows["ngram"][8].rstrip("x")) == pytest.approx(ngram["flat_x"], abs=0.006)  # as bench printed
     report.write_results(open_history(bench_db["db"]), doc, "again")  # idempotent apart from the command line
     assert doc.read_text().count(report.BEGIN) == 1
+
+
+def test_results_rows_keep_checkpoints_of_one_drafter_kind_apart(bench_db, tmp_path):
+    db = tmp_path / "two-checkpoints.duckdb"
+    shutil.copy(bench_db["db"], db)
+    with duckdb.connect(str(db)) as con:  # the same ngram runs, as if a second checkpoint of that kind had run
+        con.execute("INSERT INTO runs SELECT * REPLACE (run_id || '-b' AS run_id, 'out/other' AS drafter_checkpoint) "
+                    "FROM runs WHERE drafter = 'ngram'")
+    doc = tmp_path / "results.md"
+    doc.write_text(f"{report.BEGIN}\n{report.END}\n")
+    report.write_results(open_history(db), doc, "python -m experiments.report")
+    bench_rows = {r[0]: r for r in tables_with_commands(doc.read_text())[0][1]}
+    assert set(bench_rows) == {"ar", "ngram", "ngram (other)"}
+    assert bench_rows["ngram"][3] == bench_rows["ngram (other)"][3] == "2"  # runs: each its own, not pooled
 
 
 def tables_with_commands(text: str) -> list[tuple[str, list[list[str]]]]:
