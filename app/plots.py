@@ -10,6 +10,8 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 
+from storage import drafter_label
+
 MIN_SAMPLES = 10  # fewer samples than this: a point is shown greyed, off its curve
 GREY = "#9ca3af"
 LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=60, b=40), showlegend=True,
@@ -177,8 +179,9 @@ def label_position(k: int, ks: list[int]) -> str:
 
 
 def series_label(row: dict) -> str:
-    """Legend label of a (drafter, suite, K, temperature) group."""
-    return f"{row['drafter']} · {row.get('suite') or 'no suite'} · K={row['k']} · T={row['temperature']:g}"
+    """Legend label of a (drafter checkpoint, suite, K, temperature) group."""
+    return (f"{drafter_label(row['drafter'], row.get('drafter_checkpoint'))} · {row.get('suite') or 'no suite'} · "
+            f"K={row['k']} · T={row['temperature']:g}")
 
 
 POSITION_COUNTS = {"survival": "n_steps", "conditional_acceptance": "n_reached"}  # each metric's denominator
@@ -237,12 +240,12 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
                              name="perfectly calibrated"))
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[r["drafter"]].append(r)
+        groups[drafter_label(r["drafter"], r.get("drafter_checkpoint"))].append(r)
     biggest = max(r["n"] for r in rows)
-    for drafter, rs in groups.items():
+    for label, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["q_mean"])
         add_counted_points(fig, [r["q_mean"] for r in rs], [r["acceptance"] for r in rs], [r["n"] for r in rs],
-                           biggest, drafter, "q≈%{x:.2f}<br>accepted %{y:.3f}", drafter_colour(drafter))
+                           biggest, label, "q≈%{x:.2f}<br>accepted %{y:.3f}", drafter_colour(rs[0]["drafter"]))
     fig.update_xaxes(range=[-0.02, 1.02])
     fig.update_yaxes(range=[-0.02, 1.05])
     return fig

@@ -32,27 +32,31 @@ def where_clause(target: str | None, drafters: list[str] | None, suite: str | No
 def position_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None) -> list[dict]:
     """position_acceptance rows for the selection."""
     where, params = where_clause(target, drafters, suite)
-    return h.query(f"SELECT * FROM position_acceptance {where} ORDER BY drafter, suite, k, temperature, i", params)
+    return h.query(f"SELECT * FROM position_acceptance {where} ORDER BY drafter, drafter_checkpoint, suite, k, "
+                   "temperature, i", params)
 
 
 def length_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None) -> list[dict]:
     """acceptance_lengths rows for the selection."""
     where, params = where_clause(target, drafters, suite)
-    return h.query(f"SELECT * FROM acceptance_lengths {where} ORDER BY drafter, suite, k, accepted", params)
+    return h.query(f"SELECT * FROM acceptance_lengths {where} ORDER BY drafter, drafter_checkpoint, suite, k, "
+                   "accepted", params)
 
 
 def calibration_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None,
                      bins: int = 10) -> list[dict]:
-    """Drafted tokens the verifier reached in finished runs, binned by q: {drafter, bin, q_mean, acceptance, n}."""
+    """Drafted tokens the verifier reached in finished runs, binned by q per drafter checkpoint: {drafter,
+    drafter_checkpoint, bin, q_mean, acceptance, n}."""
     where, params = where_clause(target, drafters, suite, prefix="r.")
     where = f"{where} AND r.status = 'done'" if where else "WHERE r.status = 'done'"
     return h.query(f"""
         WITH tokens AS (
-            SELECT r.drafter, s.accepted, unnest(range(len(s.q))) AS j, s.q
+            SELECT r.drafter, r.drafter_checkpoint, s.accepted, unnest(range(len(s.q))) AS j, s.q
             FROM steps s JOIN runs r USING (run_id) {where})
-        SELECT drafter, least(floor(q[j + 1] * {bins}), {bins - 1})::INTEGER AS bin, avg(q[j + 1]) AS q_mean,
-               avg(CASE WHEN j < accepted THEN 1.0 ELSE 0.0 END) AS acceptance, count(*) AS n
-        FROM tokens WHERE j <= accepted GROUP BY drafter, bin ORDER BY drafter, bin""", params)
+        SELECT drafter, drafter_checkpoint, least(floor(q[j + 1] * {bins}), {bins - 1})::INTEGER AS bin,
+               avg(q[j + 1]) AS q_mean, avg(CASE WHEN j < accepted THEN 1.0 ELSE 0.0 END) AS acceptance, count(*) AS n
+        FROM tokens WHERE j <= accepted GROUP BY drafter, drafter_checkpoint, bin
+        ORDER BY drafter, drafter_checkpoint, bin""", params)
 
 
 def survival(h: History, target: str, drafter: str) -> tuple[list[float], int]:

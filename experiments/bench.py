@@ -61,7 +61,7 @@ from engine import (
 from engine import load_target as _load_target
 from engine.jit_stats import compile_seconds
 from engine.tokenizer import default_template, parse_template
-from storage import DEFAULT_PATH, HistoryError, open_history
+from storage import DEFAULT_PATH, HistoryError, drafter_label, open_history
 
 from . import model_card
 from .contenders import Contender, Outcome
@@ -176,11 +176,6 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
         lines.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
                                for i, (x, w) in enumerate(zip(cells, widths, strict=True))))
     return "\n".join(lines)
-
-
-def drafter_label(drafter: str, checkpoint: str | None) -> str:
-    """A drafter as the tables name it: its kind, and its checkpoint's folder where it has one."""
-    return f"{drafter} ({Path(checkpoint).name})" if checkpoint else drafter
 
 
 def suite_table(rows: list[dict]) -> str:

@@ -18,9 +18,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from storage import DEFAULT_PATH, History, HistoryError, open_history
+from storage import DEFAULT_PATH, History, HistoryError, drafter_label, open_history
 
-from .bench import drafter_label, flat_k_speedup
+from .bench import flat_k_speedup
 
 MAX_POSITIONS = 16
 
@@ -29,18 +29,22 @@ MAX_POSITIONS = 16
 COMPARISON_SQL = """
 WITH b AS (SELECT * FROM runs WHERE status = 'done' AND source = 'bench'),
 ar AS (SELECT comparison_group, prompt_id, decode_s AS ar_s FROM b WHERE drafter = 'ar'),
-sp AS (SELECT target, dtype, suite, drafter, k, temperature, batch, sum(ar_s) / sum(decode_s) AS speedup,
+sp AS (SELECT target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch,
+              sum(ar_s) / sum(decode_s) AS speedup,
               count(*) FILTER (WHERE lossless) AS n_lossless, count(lossless) AS n_checked
        FROM b JOIN ar USING (comparison_group, prompt_id)
-       GROUP BY target, dtype, suite, drafter, k, temperature, batch)
+       GROUP BY target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch)
 SELECT d.*, sp.speedup, sp.n_lossless, sp.n_checked
-FROM drafter_comparison d LEFT JOIN sp USING (target, dtype, suite, drafter, k, temperature, batch)
+FROM drafter_comparison d
+LEFT JOIN sp ON sp.target = d.target AND sp.dtype = d.dtype AND sp.suite = d.suite AND sp.drafter = d.drafter
+            AND sp.drafter_checkpoint IS NOT DISTINCT FROM d.drafter_checkpoint AND sp.k = d.k
+            AND sp.temperature = d.temperature AND sp.batch = d.batch
 WHERE d.suite IS NOT NULL
-ORDER BY d.suite, d.target, d.temperature, d.batch, d.drafter <> 'ar', d.drafter, d.k
+ORDER BY d.suite, d.target, d.temperature, d.batch, d.drafter <> 'ar', d.drafter, d.drafter_checkpoint, d.k
 """
 POSITION_SQL = f"""
 SELECT * FROM position_acceptance WHERE suite IS NOT NULL AND i <= {MAX_POSITIONS}
-ORDER BY suite, target, temperature, drafter, k, i
+ORDER BY suite, target, temperature, drafter, drafter_checkpoint, k, i
 """
 
 
@@ -91,7 +95,8 @@ def comparison_section(rows: list[dict]) -> str:
         return "No finished bench runs yet: run `python -m experiments.bench`."
     parts = []
     for (suite, target, temp), group in _groups(rows, "suite", "target", "temperature").items():
-        body = [[r["drafter"], r["k"], r["batch"], r["n_runs"], _f(r["tau"]), _f(r["tau_std"]),
+        body = [[drafter_label(r["drafter"], r["drafter_checkpoint"]), r["k"], r["batch"], r["n_runs"], _f(r["tau"]),
+                 _f(r["tau_std"]),
                  _f(r["acceptance_rate"], ".3f"), _f(r["tok_per_s"], ".1f"),
                  _f(r["speedup"]) + ("x" if r["speedup"] else ""),
                  f"{r['n_lossless']}/{r['n_checked']}" if r["n_checked"] else "-"] for r in group]
@@ -138,14 +143,14 @@ def position_section(rows: list[dict]) -> str:
     """Per (suite, drafter, K): survival (and conditional acceptance) at each draft position."""
     if not rows:
         return "No drafted steps yet."
-    groups = _groups(rows, "suite", "target", "temperature", "drafter", "k")
+    groups = _groups(rows, "suite", "target", "temperature", "drafter", "drafter_checkpoint", "k")
     width = max(r["i"] for r in rows)
     body = []
-    for (suite, _target, temp, drafter, k), group in groups.items():
+    for (suite, _target, temp, drafter, checkpoint, k), group in groups.items():
         by_i = {r["i"]: r for r in group}
         cells = [f"{by_i[i]['survival']:.2f} / {_f(by_i[i]['conditional_acceptance'])}" if i in by_i else ""
                  for i in range(1, width + 1)]
-        body.append([suite, f"{temp:g}", drafter, k, *cells])
+        body.append([suite, f"{temp:g}", drafter_label(drafter, checkpoint), k, *cells])
     note = ("Cell = survival / conditional acceptance at draft position i: survival = P(accepted prefix reaches i), "
             "conditional = P(accept i | accepted i-1).")
     return note + "\n\n" + md_table(["suite", "T", "drafter", "K", *[str(i) for i in range(1, width + 1)]], body)
@@ -162,8 +167,8 @@ def figures(comparison: list[dict], series: dict[str, list[dict]], positions: li
     figs = {}
     if comparison:
         fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup vs ar (decode time)", "tau"))
-        for n, (key, group) in enumerate(_groups(comparison, "drafter", "k", "batch").items()):
-            name = f"{key[0]} K={key[1]}" + (f" batch {key[2]}" if key[2] != 1 else "")
+        for n, (key, group) in enumerate(_groups(comparison, "drafter", "drafter_checkpoint", "k", "batch").items()):
+            name = f"{drafter_label(*key[:2])} K={key[2]}" + (f" batch {key[3]}" if key[3] != 1 else "")
             style = dict(name=name, legendgroup=str(key), marker_color=palette[n % len(palette)])
             fig.add_bar(x=[r["suite"] for r in group], y=[r["speedup"] for r in group], row=1, col=1, **style)
             fig.add_bar(x=[r["suite"] for r in group], y=[r["tau"] for r in group], showlegend=False, row=1, col=2,
@@ -180,10 +185,10 @@ def figures(comparison: list[dict], series: dict[str, list[dict]], positions: li
                          .update_layout(title="K-Flat", legend=legend))
     if positions:
         fig = go.Figure()
-        for (suite, _t, temp, drafter, k), group in _groups(positions, "suite", "target", "temperature", "drafter",
-                                                            "k").items():
+        keys = ("suite", "target", "temperature", "drafter", "drafter_checkpoint", "k")
+        for (suite, _t, temp, drafter, checkpoint, k), group in _groups(positions, *keys).items():
             fig.add_scatter(x=[r["i"] for r in group], y=[r["survival"] for r in group], mode="lines+markers",
-                            name=f"{suite} {drafter} K={k} T={temp:g}")
+                            name=f"{suite} {drafter_label(drafter, checkpoint)} K={k} T={temp:g}")
         figs["position"] = fig.update_layout(title="Survival by draft position", xaxis_title="draft position i",
                                              yaxis_title="P(accepted prefix reaches i)", yaxis_range=[0, 1],
                                              legend=legend)

@@ -423,6 +423,12 @@ LEFT JOIN steps s ON s.run_id = a.run_id AND s.idx = a.step_idx
 """
 
 
+def drafter_label(drafter: str, checkpoint: str | None) -> str:
+    """A stored run's drafter as tables and legends name it: its kind, and its checkpoint's folder where it has one
+    (two checkpoints of one kind stay apart)."""
+    return f"{drafter} ({Path(checkpoint).name})" if checkpoint else drafter
+
+
 def open_history(path: str | os.PathLike | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> History:
     """Open (creating or migrating) the history at `path` (default ./draftscope.duckdb)."""
     return History(DEFAULT_PATH if path is None else path, lock_timeout=lock_timeout)

@@ -194,18 +194,19 @@ SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.prompt_id, r.categ
 FROM runs r
 LEFT JOIN (SELECT run_id, count(*) AS n_annotations FROM annotations GROUP BY run_id) a USING (run_id);
 
--- Per draft position i (1-based within the block): how far blocks survive (finished runs only, as every view).
+-- Per draft position i (1-based within the block): how far blocks survive (finished runs only, as every view);
+-- one row set per drafter checkpoint (two checkpoints of one drafter kind are kept apart, as in every view).
 -- n_steps: steps that drafted >= i tokens; n_reached: of those, steps with accepted >= i-1 (token i was
 -- reached); n_accepted: steps with accepted >= i. survival = n_accepted / n_steps;
 -- conditional_acceptance = n_accepted / n_reached = P(accept i | accepted i-1).
 CREATE OR REPLACE VIEW position_acceptance AS
 WITH per_pos AS (
-    SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted,
+    SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted,
            unnest(range(1, len(s.drafted) + 1)) AS i
     FROM steps s JOIN runs r USING (run_id)
     WHERE r.status = 'done'
 )
-SELECT target, drafter, suite, k, temperature, i,
+SELECT target, drafter, drafter_checkpoint, suite, k, temperature, i,
        count(*) AS n_steps,
        count(*) FILTER (WHERE accepted >= i - 1) AS n_reached,
        count(*) FILTER (WHERE accepted >= i) AS n_accepted,
@@ -213,13 +214,13 @@ SELECT target, drafter, suite, k, temperature, i,
        count(*) FILTER (WHERE accepted >= i) / nullif(count(*) FILTER (WHERE accepted >= i - 1), 0)
            AS conditional_acceptance
 FROM per_pos
-GROUP BY target, drafter, suite, k, temperature, i;
+GROUP BY target, drafter, drafter_checkpoint, suite, k, temperature, i;
 
--- Finished runs ('done') compared per target, suite, drafter, k, temperature and batch size.
+-- Finished runs ('done') compared per target, suite, drafter (and checkpoint), k, temperature and batch size.
 -- tau: mean over runs; tok_per_s: mean over the runs timed without XLA compilation (in a batch, one sequence's
 -- rate); acceptance_rate: pooled sum(accepted) / sum(drafted).
 CREATE OR REPLACE VIEW drafter_comparison AS
-SELECT target, dtype, suite, drafter, k, temperature, batch,
+SELECT target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch,
        count(*) AS n_runs,
        avg(tau) AS tau,
        stddev_samp(tau) AS tau_std,
@@ -228,14 +229,14 @@ SELECT target, dtype, suite, drafter, k, temperature, batch,
        sum(n_generated) AS n_generated
 FROM runs
 WHERE status = 'done'
-GROUP BY target, dtype, suite, drafter, k, temperature, batch;
+GROUP BY target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch;
 
 -- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
 CREATE OR REPLACE VIEW acceptance_lengths AS
-SELECT r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
+SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
 FROM steps s JOIN runs r USING (run_id)
 WHERE r.status = 'done'
-GROUP BY r.target, r.drafter, r.suite, r.k, r.temperature, s.accepted;
+GROUP BY r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted;
 
 -- Speedup over ar measured like for like: each finished drafter run paired with the ar run of the same
 -- comparison group on the same prompt, settings and machine; the drafter's decode tokens per second over ar's

@@ -414,6 +414,26 @@ def test_views_match_hand_computed_values(history: History) -> None:
     assert cold == [{"n_runs": 1, "tau": 4.0, "tok_per_s": None}]
 
 
+def test_views_keep_two_checkpoints_of_one_drafter_kind_apart(history: History) -> None:
+    """Two DFlash checkpoints compared in one history are two rows and two curves, named by their folders."""
+    from app import plots, queries
+
+    history.write_run(make_result([3, 3], drafter="dflash", drafter_checkpoint="/c/new-dflash"), suite="s")
+    history.write_run(make_result([0, 1], drafter="dflash", drafter_checkpoint="/c/old-dflash"), suite="s")
+    comp = {r["drafter_checkpoint"]: r for r in history.query("SELECT * FROM drafter_comparison")}
+    assert comp["/c/new-dflash"]["tau"] == 4.0 and comp["/c/old-dflash"]["tau"] == pytest.approx(3 / 2)
+    survival = {(r["drafter_checkpoint"], r["i"]): r["survival"] for r in queries.position_rows(history, None, None,
+                                                                                                 None)}
+    assert survival[("/c/new-dflash", 3)] == 1.0 and survival[("/c/old-dflash", 1)] == 0.5
+    lengths = queries.length_rows(history, None, ["dflash"], "s")
+    assert {(r["drafter_checkpoint"], r["accepted"], r["n_steps"]) for r in lengths} == {
+        ("/c/new-dflash", 3, 2), ("/c/old-dflash", 0, 1), ("/c/old-dflash", 1, 1)}
+    names = {trace.name for trace in plots.length_histogram(lengths).data}
+    assert names == {"dflash (new-dflash) · s · K=3 · T=0", "dflash (old-dflash) · s · K=3 · T=0"}
+    calibration = plots.calibration_figure(queries.calibration_rows(history, None, None, None))
+    assert {"dflash (new-dflash)", "dflash (old-dflash)"} <= {trace.name for trace in calibration.data}
+
+
 def test_measured_speedup_compares_tokens_per_second_when_lengths_differ(history: History) -> None:
     """At T > 0 the ar reference may stop at EOS long before the drafter's run: rates are compared, not seconds."""
     def run(drafter: str, accepted: list[int], decode_s: float) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from storage import drafter_label
+
 from .. import plots, queries
 from ..state import Workbench
 
@@ -14,7 +16,9 @@ SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "batch", "n_
 def summary(wb: Workbench, target: str | None, drafters: list[str] | None, suite: str | None) -> list[list]:
     """drafter_comparison rows for the selection, numbers rounded for reading."""
     where, params = queries.where_clause(target, drafters, suite)
-    rows = wb.history.query(f"SELECT * FROM drafter_comparison {where} ORDER BY drafter, suite, k, batch", params)
+    rows = wb.history.query(f"SELECT * FROM drafter_comparison {where} ORDER BY drafter, drafter_checkpoint, suite, k, "
+                            "batch", params)
+    rows = [{**r, "drafter": drafter_label(r["drafter"], r["drafter_checkpoint"])} for r in rows]
     return [[round(r[c], 3) if isinstance(r[c], float) else r[c] for c in SUMMARY_COLUMNS] for r in rows]
 
 
