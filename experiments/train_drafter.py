@@ -566,6 +566,8 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         drafter = dflash.load(target, args.init)
         cfg, params = drafter.cfg, drafter.params
         draft_ids = None if drafter.draft_ids is None else np.asarray(drafter.draft_ids)
+        if args.grow_layers:
+            cfg, params = dflash.append_layers(cfg, params, args.grow_layers, args.seed)
     else:
         ids = dflash.default_target_layer_ids(target.cfg.num_layers, args.features)
         cfg, params = dflash.init_dflash(target, args.layers, args.block_size, ids, seed=args.seed,
@@ -781,7 +783,8 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                          "bucket": args.bucket, "batch_seed": args.batch_seed,
                          "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "soft": args.soft,
                          "wall_s": log["wall_s"],
-                         "draft_vocab": args.draft_vocab, "init": args.init, "init_top": args.init_top},
+                         "draft_vocab": args.draft_vocab, "init": args.init, "init_top": args.init_top,
+                         "grow_layers": args.grow_layers},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
     card["date"], card["command"] = time.strftime("%Y-%m-%d"), args.command
@@ -829,6 +832,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--export-weight", type=int, default=20)
     ap.add_argument("--max-new", type=int, default=192, help="response length for --export prefixes")
     ap.add_argument("--init", default=None, help="fine-tune this checkpoint instead of a fresh drafter")
+    ap.add_argument("--grow-layers", type=int, default=0, metavar="N",
+                    help="with --init (DFlash): append N layers that start as the identity (drafts unchanged)")
     ap.add_argument("--init-top", action="store_true",
                     help="start a fresh drafter's layers from the target's top layers (same-named tensors copied)")
     ap.add_argument("--steps", type=int, default=20000, help="upper bound; early stopping usually ends sooner")
@@ -877,6 +882,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.domino is not None and not re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", args.domino):
         ap.error(f"--domino needs EMB:GRU, two positive integers such as 64:256; got {args.domino!r}")
+    if args.grow_layers and not (args.init and args.drafter == "dflash"):
+        ap.error("--grow-layers deepens a DFlash --init checkpoint: pass --drafter dflash --init DIR")
     args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)
     return args
 

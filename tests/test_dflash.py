@@ -20,6 +20,7 @@ from engine.config import ModelConfig
 from engine.drafters import DrafterError, dflash, load_drafter
 from engine.drafters.dflash import (
     DFlashDrafter,
+    append_layers,
     block_tokens,
     default_target_layer_ids,
     dflash_labels,
@@ -430,6 +431,25 @@ def test_train_logits_equal_inference_logits(drafter):
     assert labels[0, 0].tolist() == tokens[5:10] and bool(valid[0, :3].all())
     assert valid[0, 3].tolist() == [True, True, True, False, False]  # 26 + 4 is past the end
 
+
+
+def test_appended_layers_leave_the_drafts_unchanged_and_learn(drafter):
+    """A drafter grown by append_layers drafts exactly what it grew from, and the new layers get gradients."""
+    tokens = random_ids(30, seed=9)
+    feats = concat_features(target_features(TARGET, tokens, drafter.feature_layers))
+    anchors = jnp.asarray([[3, 15, 22]], jnp.int32)
+    cfg, params = append_layers(drafter.cfg, drafter.params, 1, seed=4)
+    assert cfg.body.num_layers == 3 and len(params["layers"]) == 3
+
+    def logits_of(p, c):
+        return dflash_train_logits(p, c, drafter.head, feats, jnp.asarray([tokens]), anchors)
+
+    np.testing.assert_allclose(np.asarray(logits_of(params, cfg)), np.asarray(logits_of(drafter.params, drafter.cfg)),
+                               atol=1e-5, rtol=1e-5)
+    grads = jax.grad(lambda p: logits_of(p, cfg)[..., 0].sum())(params)["layers"][2]
+    assert float(jnp.abs(grads["wo"]).max()) > 0 and float(jnp.abs(grads["w_down"]).max()) > 0
+    with pytest.raises(DrafterError, match="n >= 1"):
+        append_layers(drafter.cfg, drafter.params, 0)
 
 # ---------------------------------------------------------------- through the engine (embedded SmolLM2)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -816,6 +816,23 @@ def init_dflash(target: Target, num_layers: int, block_size: int, target_layer_i
               "layers": random_layers(rng, layer_shapes(body, t.hidden_size, attention_bias), num_layers, target.dtype)}
     check_fit(cfg, params["fc"].shape[0], t)
     return cfg, params
+
+
+def append_layers(cfg: DFlashConfig, params: dict, n: int, seed: int = 0) -> tuple[DFlashConfig, dict]:
+    """A deeper drafter that drafts exactly what `params` drafts: n more layers after the last one, random but with
+    zero output projections (wo, w_down), so each starts as the identity on the residual stream and training grows
+    it from there. New layers copy the last layer's window and causality."""
+    if n < 1:
+        raise DrafterError(f"append_layers needs n >= 1, got {n}")
+    width = params["layers"][0]["wq"].shape[0]
+    new = random_layers(np.random.default_rng([seed, 11]), layer_shapes(cfg.body, width, cfg.attention_bias), n,
+                        "float32")
+    new = [{**lp, "wo": jnp.zeros_like(lp["wo"]), "w_down": jnp.zeros_like(lp["w_down"])} for lp in new]
+    depth = cfg.body.num_layers + n
+    cfg = replace(cfg, body=replace(cfg.body, num_layers=depth),
+                  windows=cfg.windows + (cfg.windows[-1],) * n if cfg.windows else (),
+                  causal=cfg.causal + (cfg.causal[-1],) * n if cfg.causal else ())
+    return cfg, {**params, "layers": list(params["layers"]) + new}
 
 
 def load(target: Target, path: str | Path | None = None, k: int | None = None, **options) -> DFlashDrafter:
