@@ -203,6 +203,35 @@ def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays
 
 
 @pytest.mark.slow
+def test_grown_drafter_starts_where_its_init_stands_saves_deeper_and_stays_lossless(tiny, tiny_data, tmp_path):
+    """--init CKPT --grow-layers 1: step 0 scores what CKPT scores, the saved drafter has one more layer, its card
+    says so, and it drafts losslessly through the engine."""
+    from engine import generate, load_drafter
+    from experiments import train_drafter
+
+    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
+              "--anchors", "4", *TINY_DRAFTER]
+    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
+                        "--out", str(tmp_path), "--name", "base"])
+    base = json.loads((tmp_path / "base-dflash" / "training.json").read_text())
+    train_drafter.main([*shared, "--init", str(tmp_path / "base-dflash"), "--grow-layers", "1", "--steps", "2",
+                        "--eval-every", "2", "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "grown"])
+    out = tmp_path / "grown-dflash"
+    card = json.loads((out / "training.json").read_text())
+    assert card["curve"][0]["tau_est"] == base["curve"][-1]["tau_est"]  # the new layer starts as the identity
+    assert card["architecture"]["layers"] == base["architecture"]["layers"] + 1 and card["training"]["grow_layers"] == 1
+    target = load_target(str(tiny))
+    drafter = load_drafter(out, target)
+    assert drafter.cfg.body.num_layers == base["architecture"]["layers"] + 1
+    prompt = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+    want = generate(target, prompt, max_new_tokens=16)
+    got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
+    assert got.token_ids == want.token_ids and got.stats["drafted"] > 0
+    with pytest.raises(SystemExit):
+        train_drafter.parse_args(["--grow-layers", "1"])  # nothing to grow without --init
+
+
+@pytest.mark.slow
 def test_lookup_hint_drafter_trains_evaluates_as_it_trained_and_stays_lossless(tiny, tiny_data, tmp_path, capsys):
     """--lookup-hints N: training, the card, --evaluate and the engine all start blocks from prompt lookup."""
     from engine import generate, load_drafter
