@@ -424,9 +424,10 @@ LEFT JOIN steps s ON s.run_id = a.run_id AND s.idx = a.step_idx
 
 
 def drafter_label(drafter: str, checkpoint: str | None) -> str:
-    """A stored run's drafter as tables and legends name it: its kind, and its checkpoint's folder where it has one
-    (two checkpoints of one kind stay apart)."""
-    return f"{drafter} ({Path(checkpoint).name})" if checkpoint else drafter
+    """A stored run's drafter as tables and legends name it: its kind, and where it has a checkpoint the last two
+    parts of its path (`dflash (checkpoints/smollm2-135m-dflash)`), so that two checkpoints of one kind stay apart
+    even where training gave both the same folder name."""
+    return f"{drafter} ({'/'.join(Path(checkpoint).parts[-2:])})" if checkpoint else drafter
 
 
 def open_history(path: str | os.PathLike | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> History:

@@ -144,8 +144,8 @@ def test_results_rows_keep_checkpoints_of_one_drafter_kind_apart(bench_db, tmp_p
     doc.write_text(f"{report.BEGIN}\n{report.END}\n")
     report.write_results(open_history(db), doc, "python -m experiments.report")
     bench_rows = {r[0]: r for r in tables_with_commands(doc.read_text())[0][1]}
-    assert set(bench_rows) == {"ar", "ngram", "ngram (other)"}
-    assert bench_rows["ngram"][3] == bench_rows["ngram (other)"][3] == "2"  # runs: each its own, not pooled
+    assert set(bench_rows) == {"ar", "ngram", "ngram (out/other)"}
+    assert bench_rows["ngram"][3] == bench_rows["ngram (out/other)"][3] == "2"  # runs: each its own, not pooled
 
 
 def tables_with_commands(text: str) -> list[tuple[str, list[list[str]]]]:

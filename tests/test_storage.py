@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from storage import History, HistoryError, export_annotations, open_history
+from storage import History, HistoryError, drafter_label, export_annotations, open_history
 from storage.history import MIGRATIONS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
@@ -429,9 +429,11 @@ def test_views_keep_two_checkpoints_of_one_drafter_kind_apart(history: History) 
     assert {(r["drafter_checkpoint"], r["accepted"], r["n_steps"]) for r in lengths} == {
         ("/c/new-dflash", 3, 2), ("/c/old-dflash", 0, 1), ("/c/old-dflash", 1, 1)}
     names = {trace.name for trace in plots.length_histogram(lengths).data}
-    assert names == {"dflash (new-dflash) · s · K=3 · T=0", "dflash (old-dflash) · s · K=3 · T=0"}
+    assert names == {"dflash (c/new-dflash) · s · K=3 · T=0", "dflash (c/old-dflash) · s · K=3 · T=0"}
     calibration = plots.calibration_figure(queries.calibration_rows(history, None, None, None))
-    assert {"dflash (new-dflash)", "dflash (old-dflash)"} <= {trace.name for trace in calibration.data}
+    assert {"dflash (c/new-dflash)", "dflash (c/old-dflash)"} <= {trace.name for trace in calibration.data}
+    same_folder_name = [drafter_label("dflash", f"/a/{run}/smollm2-135m-dflash") for run in ("run1", "run2")]
+    assert same_folder_name == ["dflash (run1/smollm2-135m-dflash)", "dflash (run2/smollm2-135m-dflash)"]
 
 
 def test_measured_speedup_compares_tokens_per_second_when_lengths_differ(history: History) -> None:
