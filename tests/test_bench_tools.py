@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -168,6 +169,16 @@ def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_fr
     assert card["curve"][0]["step"] == 0 and card["curve"][0]["tau_est"] == evaluated["tau_est"]
 
 
+def train_tiny_dflash(tiny: Path, tiny_data: Path, out: Path, name: str, *flags: str) -> dict:
+    """Train a tiny DFlash drafter (2 steps unless flags say otherwise) into out/NAME-dflash; its card."""
+    from experiments import train_drafter
+
+    train_drafter.main(["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2",
+                        "--batch", "2", "--anchors", "4", *TINY_DRAFTER, "--steps", "2", "--eval-every", "2", *flags,
+                        "--work", str(out / f"work-{name}"), "--out", str(out), "--name", name])
+    return json.loads((out / f"{name}-dflash" / "training.json").read_text())
+
+
 @pytest.mark.slow
 def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays_lossless(tiny, tiny_data, tmp_path):
     """--init CKPT --domino EMB:GRU adds a head that starts as the identity (step 0 scores what CKPT scores), trains
@@ -175,16 +186,10 @@ def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays
     from engine import generate, load_drafter
     from experiments import train_drafter
 
-    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
-              "--anchors", "4", *TINY_DRAFTER]
-    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
-                        "--out", str(tmp_path), "--name", "base"])
-    base = json.loads((tmp_path / "base-dflash" / "training.json").read_text())
-    train_drafter.main([*shared, "--init", str(tmp_path / "base-dflash"), "--domino", "8:16", "--steps", "4",
-                        "--eval-every", "2", "--lr", "3e-3", "--work", str(tmp_path / "w1"), "--out", str(tmp_path),
-                        "--name", "domino"])
+    base = train_tiny_dflash(tiny, tiny_data, tmp_path, "base")
+    card = train_tiny_dflash(tiny, tiny_data, tmp_path, "domino", "--init", str(tmp_path / "base-dflash"), "--domino",
+                             "8:16", "--steps", "4", "--lr", "3e-3")
     out = tmp_path / "domino-dflash"
-    card = json.loads((out / "training.json").read_text())
     assert card["curve"][0]["tau_est"] == base["curve"][-1]["tau_est"]  # proj_out starts at zero
     assert card["architecture"]["domino"] == {"prefix_len": 1, "emb_dim": 8, "gru_hidden": 16}
     conf = json.loads((out / "config.json").read_text())
@@ -209,15 +214,10 @@ def test_grown_drafter_starts_where_its_init_stands_saves_deeper_and_stays_lossl
     from engine import generate, load_drafter
     from experiments import train_drafter
 
-    shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
-              "--anchors", "4", *TINY_DRAFTER]
-    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
-                        "--out", str(tmp_path), "--name", "base"])
-    base = json.loads((tmp_path / "base-dflash" / "training.json").read_text())
-    train_drafter.main([*shared, "--init", str(tmp_path / "base-dflash"), "--grow-layers", "1", "--steps", "2",
-                        "--eval-every", "2", "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "grown"])
+    base = train_tiny_dflash(tiny, tiny_data, tmp_path, "base")
+    card = train_tiny_dflash(tiny, tiny_data, tmp_path, "grown", "--init", str(tmp_path / "base-dflash"),
+                             "--grow-layers", "1")
     out = tmp_path / "grown-dflash"
-    card = json.loads((out / "training.json").read_text())
     assert card["curve"][0]["tau_est"] == base["curve"][-1]["tau_est"]  # the new layer starts as the identity
     assert card["architecture"]["layers"] == base["architecture"]["layers"] + 1 and card["training"]["grow_layers"] == 1
     target = load_target(str(tiny))
