@@ -882,6 +882,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.domino is not None and not re.fullmatch(r"[1-9][0-9]*:[1-9][0-9]*", args.domino):
         ap.error(f"--domino needs EMB:GRU, two positive integers such as 64:256; got {args.domino!r}")
+    if args.grow_layers < 0:
+        ap.error(f"--grow-layers needs N >= 1 (layers to append), got {args.grow_layers}")
     if args.grow_layers and not (args.init and args.drafter == "dflash"):
         ap.error("--grow-layers deepens a DFlash --init checkpoint: pass --drafter dflash --init DIR")
     args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)

@@ -229,6 +229,8 @@ def test_grown_drafter_starts_where_its_init_stands_saves_deeper_and_stays_lossl
     assert got.token_ids == want.token_ids and got.stats["drafted"] > 0
     with pytest.raises(SystemExit):
         train_drafter.parse_args(["--grow-layers", "1"])  # nothing to grow without --init
+    with pytest.raises(SystemExit):
+        train_drafter.parse_args(["--init", str(out), "--grow-layers", "-1"])
 
 
 @pytest.mark.slow
