@@ -59,10 +59,12 @@ def calibration_rows(h: History, target: str | None, drafters: list[str] | None,
         ORDER BY drafter, drafter_checkpoint, bin""", params)
 
 
-def survival(h: History, target: str, drafter: str) -> tuple[list[float], int]:
-    """Survival per draft position pooled over every stored K, suite and temperature; (curve, steps)."""
+def survival(h: History, target: str, drafter: str, checkpoint: str | None = None) -> tuple[list[float], int]:
+    """Survival per draft position of one drafter checkpoint (None: a drafter without one), pooled over every
+    stored K, suite and temperature; (curve, steps)."""
     rows = h.query("SELECT i, sum(n_accepted) / sum(n_steps) AS s, sum(n_steps) AS n FROM position_acceptance "
-                   "WHERE target = ? AND drafter = ? GROUP BY i ORDER BY i", [target, drafter])
+                   "WHERE target = ? AND drafter = ? AND drafter_checkpoint IS NOT DISTINCT FROM ? GROUP BY i "
+                   "ORDER BY i", [target, drafter, checkpoint])
     curve = []
     for expected, r in enumerate(rows, 1):
         if r["i"] != expected:
@@ -130,13 +132,15 @@ def matching_ar_runs(h: History, prompt: str, settings: dict, limit: int = 50) -
     return rows
 
 
-def run_shape(h: History, target: str, drafter: str, limit: int = 50) -> dict | None:
-    """How the newest finished batch-1 runs of a drafter on a target ran: {context: the median block position,
-    cache_rows: the cache size most of them used, n_runs}, or None without runs. What K-Flat times by default."""
+def run_shape(h: History, target: str, drafter: str, checkpoint: str | None = None, limit: int = 50) -> dict | None:
+    """How the newest finished batch-1 runs of a drafter checkpoint on a target ran: {context: the median block
+    position, cache_rows: the cache size most of them used, n_runs}, or None without runs. What K-Flat times by
+    default."""
     rows = h.query("SELECT r.n_prompt, r.max_new_tokens, r.k, median(s.position) AS position FROM runs r "
-                   "JOIN steps s USING (run_id) WHERE r.target = ? AND r.drafter = ? AND r.status = 'done' "
-                   "AND r.batch = 1 GROUP BY r.run_id, r.n_prompt, r.max_new_tokens, r.k, r.created_at "
-                   "ORDER BY r.created_at DESC LIMIT ?", [target, drafter, int(limit)])
+                   "JOIN steps s USING (run_id) WHERE r.target = ? AND r.drafter = ? "
+                   "AND r.drafter_checkpoint IS NOT DISTINCT FROM ? AND r.status = 'done' AND r.batch = 1 "
+                   "GROUP BY r.run_id, r.n_prompt, r.max_new_tokens, r.k, r.created_at "
+                   "ORDER BY r.created_at DESC LIMIT ?", [target, drafter, checkpoint, int(limit)])
     if not rows:
         return None
     sizes = Counter(cache_len_for(r["n_prompt"], r["max_new_tokens"], max(r["k"] or 0, 1) + 1) for r in rows)
@@ -145,13 +149,15 @@ def run_shape(h: History, target: str, drafter: str, limit: int = 50) -> dict | 
             "n_runs": len(rows)}
 
 
-def measured_speedups(h: History, target: str, drafter: str, device_kind: str, template: str = "") -> list[dict]:
-    """Greedy batch-1 speedups measured on this device kind with these chat-template switches, per K ({k, speedup,
-    tau, n_pairs}; the checkpoint with the most pairs where several ran at one K): what a K-Flat prediction is
-    checked against."""
+def measured_speedups(h: History, target: str, drafter: str, device_kind: str, template: str = "",
+                      checkpoint: str | None = None) -> list[dict]:
+    """Greedy batch-1 speedups of one drafter checkpoint measured on this device kind with these chat-template
+    switches, per K ({k, speedup, tau, n_pairs}; the row with the most pairs where several ran at one K): what a
+    K-Flat prediction is checked against."""
     rows = h.query("SELECT k, speedup, tau, n_pairs FROM measured_speedup WHERE target = ? AND drafter = ? "
-                   "AND device_kind = ? AND batch = 1 AND temperature = 0 AND speedup IS NOT NULL AND template = ? "
-                   "ORDER BY k, n_pairs DESC", [target, drafter, device_kind, template])
+                   "AND drafter_checkpoint IS NOT DISTINCT FROM ? AND device_kind = ? AND batch = 1 "
+                   "AND temperature = 0 AND speedup IS NOT NULL AND template = ? ORDER BY k, n_pairs DESC",
+                   [target, drafter, checkpoint, device_kind, template])
     best: dict[int, dict] = {}
     for r in rows:
         best.setdefault(r["k"], r)

@@ -44,9 +44,10 @@ def test_only_a_warm_ar_run_on_the_same_prompt_and_settings_matches(history):
     assert matching_ar_run(history, PROMPT, SETTINGS)["run_id"] == newest
 
 
-def drafter_result(tok_per_s: float, positions: list[int], k: int = 4, n_prompt: int = 40, **settings) -> dict:
-    """A finished ngram run with one step per position (each accepting 2 of k drafts)."""
-    steps = [{"index": i, "position": p, "drafted": [5] * k, "accepted": 2, "bonus": 6, "p": [0.5] * k,
+def drafter_result(tok_per_s: float, positions: list[int], k: int = 4, n_prompt: int = 40, accepted: int = 2,
+                   **settings) -> dict:
+    """A finished ngram run with one step per position (each accepting `accepted` of k drafts)."""
+    steps = [{"index": i, "position": p, "drafted": [5] * k, "accepted": accepted, "bonus": 6, "p": [0.5] * k,
               "q": [1.0] * k, "top5_ids": [], "top5_p": [], "emitted": [5, 5, 6], "draft_ms": 1.0, "verify_ms": 30.0}
              for i, p in enumerate(positions)]
     stats = {"tok_per_s": tok_per_s, "decode_s": 128 / tok_per_s, "n_generated": 128, "compiles": 0,
@@ -80,6 +81,23 @@ def test_kflat_times_as_runs_ran_and_checks_its_prediction_against_them(history)
         predicted / point["speedup"] - 1)
     figure = plots.speedup_figure({"here": sweep}, [0.8, 0.6, 0.4, 0.2], "ngram", "ngram", [point])
     assert [t.name for t in figure.data if t.name and t.name.startswith("measured")] and figure.data[-1].x == (4,)
+
+
+def test_kflat_reads_each_checkpoint_of_a_drafter_kind_apart(history):
+    """Two DFlash checkpoints on one target: survival, measured speedup and run shape each come from one of them."""
+    from app.queries import measured_speedups, run_shape, survival
+
+    for group, (ckpt, accepted, rate) in enumerate([("out/a/dflash", 1, 24.0), ("out/b/dflash", 3, 36.0)]):
+        history.write_run(ar_result(20.0), prompt=PROMPT, comparison_group=str(group))
+        history.write_run(drafter_result(rate, [40, 70], accepted=accepted, drafter="dflash",
+                                         drafter_checkpoint=ckpt), prompt=PROMPT, comparison_group=str(group))
+    assert survival(history, "SmolLM2", "dflash", "out/a/dflash") == ([1.0, 0.0, 0.0, 0.0], 2)
+    assert survival(history, "SmolLM2", "dflash", "out/b/dflash") == ([1.0, 1.0, 1.0, 0.0], 2)
+    assert survival(history, "SmolLM2", "dflash") == ([], 0)  # no run of a dflash without a checkpoint
+    speedups = [measured_speedups(history, "SmolLM2", "dflash", "cpu", checkpoint=c)[0]["speedup"]
+                for c in ("out/a/dflash", "out/b/dflash")]
+    assert speedups == [pytest.approx(24 / 20), pytest.approx(36 / 20)]
+    assert run_shape(history, "SmolLM2", "dflash", "out/a/dflash")["n_runs"] == 1
 
 
 def test_an_ar_run_with_other_chat_template_switches_does_not_match(history):

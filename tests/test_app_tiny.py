@@ -203,3 +203,18 @@ def test_diagnose_runs_the_doctor_on_a_loaded_dflash_drafter(wb):
     status, rows, fig, markdown = diagnose.run_doctor(wb, label, "gsm8k", 2, 8, False, 0.0)
     assert "stored as report" in status and rows and markdown.startswith("### drafter doctor")
     assert [r["report_id"] for r in wb.history.list_doctor_reports()] == [status.split("`")[1]]
+
+
+def test_kflat_takes_the_acceptance_of_one_checkpoint_and_times_its_drafter(wb, ngram_run):
+    root = wb.model_roots[0]
+    label = wb.add_drafter_dir(str(root / "dflash"))
+    status = list(generate.generate(wb, PROMPT, label, 3, 0.0, 12, False, raw=True))[-1][2]
+    assert "stored as run" in status, status
+    stored = kflat.stored_label(wb, label)
+    assert stored == f"dflash ({root.name}/dflash)"  # how the history names its runs
+    sources = kflat.acceptance_sources(wb)
+    assert sources[stored] == ("dflash", wb.drafter(label).checkpoint) and list(sources)[-1] == "ngram"
+    assert kflat.timed_default(wb, stored) == label and kflat.default_ks(wb, label) == "1,2,3"
+    assert "as 1 stored dflash" in kflat.run_like(wb, stored)[2]
+    curve, steps = queries.survival(wb.history, wb.target.name, *sources[stored])
+    assert len(curve) == 3 and steps > 0

@@ -16,7 +16,7 @@ import pytest
 
 from app.tabs.common import DEFAULT_MAX_NEW
 from engine import generate, load_drafter
-from storage import open_history
+from storage import drafter_label, open_history
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
@@ -100,7 +100,8 @@ def open_tab(page, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def generated(page, target) -> dict[str, str]:
-    """One run of PROMPT with the drafter the app preselects; the preselected drafter and the shown text."""
+    """One run of PROMPT with the drafter the app preselects; the preselected drafter, the label the history gives
+    its runs, and the shown text."""
     open_tab(page, "Generate")
     page.fill("#gen-prompt textarea", PROMPT)
     page.fill("#gen-max input", "48")
@@ -108,8 +109,10 @@ def generated(page, target) -> dict[str, str]:
     drafter = page.input_value("#gen-drafter input")
     k = int(page.input_value("#gen-k input"))
     click_and_wait(page, "#gen-run", "#gen-status", "stored as run")
-    expected = generate(target, PROMPT, load_drafter(drafter, target, k=k), max_new_tokens=48).text
-    return {"drafter": drafter, "text": page.locator("#gen-text .ds-plain-text").text_content(), "expected": expected}
+    loaded = load_drafter(drafter, target, k=k)
+    expected = generate(target, PROMPT, loaded, max_new_tokens=48).text
+    return {"drafter": drafter, "stored": drafter_label(loaded.name, loaded.checkpoint),
+            "text": page.locator("#gen-text .ds-plain-text").text_content(), "expected": expected}
 
 
 def test_generate_shows_accepted_rejected_and_bonus(page, shots, generated):
@@ -196,10 +199,11 @@ def test_compare(page, shots, generated):
 
 def test_kflat_sweep_keeps_its_result_and_times_drafting(page, shots, generated):
     open_tab(page, "K-Flat")
-    page.wait_for_function("() => document.querySelector('#kf-drafter input')?.value === "
-                           "document.querySelector('#kf-acc input')?.value")  # times the acceptance drafter
-    drafter = page.input_value("#kf-drafter input")
-    assert drafter == generated["drafter"]
+    # the acceptance comes from the checkpoint just run, and the sweep times that drafter
+    page.wait_for_function("([d, a]) => document.querySelector('#kf-drafter input')?.value === d && "
+                           "document.querySelector('#kf-acc input')?.value === a",
+                           arg=[generated["drafter"], generated["stored"]])
+    drafter = generated["drafter"]
     page.fill("#kf-ks textarea, #kf-ks input", "1,2,4")
     page.click("#kf-run")
     page.wait_for_function("() => document.body.innerText.includes('K=2: compiling, then timing')")  # per K

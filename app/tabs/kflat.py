@@ -6,6 +6,7 @@ import gradio as gr
 import jax
 
 from engine.kflat import measure_kflat
+from storage import drafter_label
 
 from .. import plots, queries
 from ..render import message_html
@@ -29,24 +30,26 @@ def parse_ks(text: str) -> list[int]:
 
 
 def figures(wb: Workbench, selected: list[str] | None, acc_drafter: str | None):
-    """(latency figure, speedup figure, note) for the chosen sweeps and acceptance source."""
+    """(latency figure, speedup figure, note) for the chosen sweeps and acceptance source (a stored drafter label:
+    its kind, and its checkpoint where it has one)."""
     stored = queries.sweeps(wb.history)
     chosen = {stored[s]["short"]: stored[s]["rows"] for s in (selected or []) if s in stored}
-    curve, n = queries.survival(wb.history, wb.target.name, acc_drafter) if acc_drafter else ([], 0)
+    kind, checkpoint = acceptance_sources(wb).get(acc_drafter, (acc_drafter, None))
+    curve, n = queries.survival(wb.history, wb.target.name, kind, checkpoint) if acc_drafter else ([], 0)
     source = f"{acc_drafter} on {wb.target.name}, {n} steps, measured to K={len(curve)}" if curve else "none"
     notes = []
     if chosen and acc_drafter and not curve:
         notes.append(f"no stored steps of {acc_drafter} on {wb.target.name}: generate with it first")
     elif curve and any(max(r["k"] for r in rows) > len(curve) for rows in chosen.values()):
         notes.append(f"speedup predicted only up to K={len(curve)}, the longest block {acc_drafter} was measured with")
-    untimed = [label for label, rows in chosen.items() if not plots.times_drafter(rows, acc_drafter)]
+    untimed = [label for label, rows in chosen.items() if not plots.times_drafter(rows, kind)]
     if curve and untimed:
-        notes.append(f"{', '.join(untimed)} did not time {acc_drafter}'s draft step: that prediction leaves drafting "
-                     f"out (run a sweep timing {acc_drafter})")
-    measured = (queries.measured_speedups(wb.history, wb.target.name, acc_drafter, jax.devices()[0].device_kind,
-                                          wb.template) if curve else [])
-    notes += error_notes(wb, chosen, curve, measured, acc_drafter)
-    speed = plots.speedup_figure(chosen, curve, source, acc_drafter, measured)
+        notes.append(f"{', '.join(untimed)} did not time {kind}'s draft step: that prediction leaves drafting "
+                     f"out (run a sweep timing {kind})")
+    measured = (queries.measured_speedups(wb.history, wb.target.name, kind, jax.devices()[0].device_kind,
+                                          wb.template, checkpoint) if curve else [])
+    notes += error_notes(wb, chosen, curve, measured, kind)
+    speed = plots.speedup_figure(chosen, curve, source, kind, measured)
     return plots.kflat_figure(chosen), speed, "; ".join(notes)
 
 
@@ -66,8 +69,10 @@ def error_notes(wb: Workbench, chosen: dict[str, list[dict]], curve: list[float]
 
 
 def run_like(wb: Workbench, drafter: str | None) -> tuple[int, int, str]:
-    """(context, cache rows, where they come from) for a sweep timed as a drafter's stored runs ran."""
-    shape = queries.run_shape(wb.history, wb.target.name, drafter) if drafter else None
+    """(context, cache rows, where they come from) for a sweep timed as a drafter's stored runs ran (drafter: a
+    stored drafter label)."""
+    source = acceptance_sources(wb).get(drafter)
+    shape = queries.run_shape(wb.history, wb.target.name, *source) if source else None
     if shape is None:
         return DEFAULT_CONTEXT, DEFAULT_CACHE_ROWS, "a short prompt and 128 new tokens, as a default Generate run"
     return shape["context"], shape["cache_rows"], f"as {shape['n_runs']} stored {drafter} runs ran"
@@ -91,10 +96,16 @@ def drafter_choices(wb: Workbench) -> list[str]:
     return [NO_DRAFTER] + [x for x in wb.drafter_labels if x != "ar"]
 
 
+def stored_label(wb: Workbench, label: str) -> str:
+    """How the history names the runs of the loaded drafter `label` (storage.drafter_label)."""
+    loaded = wb.drafter(label)
+    return drafter_label(loaded.name, loaded.checkpoint)
+
+
 def timed_default(wb: Workbench, acc_drafter: str | None) -> str:
     """The drafter a sweep times by default: the loaded one the acceptance comes from, else the best one."""
     for label in drafter_choices(wb)[1:]:
-        if wb.drafter(label).name == acc_drafter:
+        if stored_label(wb, label) == acc_drafter:
             return label
     best = best_drafter(wb)
     return NO_DRAFTER if best == "ar" else best
@@ -105,10 +116,20 @@ def sweep_choices(wb: Workbench) -> list[tuple[str, str]]:
     return [(s["label"], sweep_id) for sweep_id, s in queries.sweeps(wb.history).items()]
 
 
+def acceptance_sources(wb: Workbench) -> dict[str, tuple[str, str | None]]:
+    """{stored drafter label: (kind, checkpoint)} of the drafters with stored per-position acceptance on this
+    target, the preferred first: loaded ones before others, n-gram last. Two checkpoints of one kind stay apart."""
+    rows = wb.history.query("SELECT DISTINCT drafter, drafter_checkpoint FROM position_acceptance WHERE target = ?",
+                            [wb.target.name])
+    loaded = {stored_label(wb, label) for label in drafter_choices(wb)[1:]}
+    sources = {drafter_label(r["drafter"], r["drafter_checkpoint"]): (r["drafter"], r["drafter_checkpoint"])
+               for r in rows}
+    return dict(sorted(sources.items(), key=lambda kv: (kv[0] not in loaded, kv[1][0] == "ngram", kv[0])))
+
+
 def acceptance_choices(wb: Workbench) -> list[str]:
-    """Drafters with stored per-position acceptance on this target, the preferred one first."""
-    rows = wb.history.query("SELECT DISTINCT drafter FROM position_acceptance WHERE target = ?", [wb.target.name])
-    return sorted((r["drafter"] for r in rows), key=lambda d: (d == "ngram", d))
+    """Labels of acceptance_sources(), the preferred one first."""
+    return list(acceptance_sources(wb))
 
 
 def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_drafter, cache_rows=None,
@@ -217,7 +238,7 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         return (timed_default(wb, chosen), gr.update(value=ctx, info=where), gr.update(value=rows, info=where))
 
     def follow_timed(chosen, acceptance_drafter):
-        name = wb.drafter(chosen).name if chosen in wb.sources else None
+        name = stored_label(wb, chosen) if chosen in wb.sources else None
         source = name if name in acceptance_choices(wb) else acceptance_drafter
         return default_ks(wb, chosen), source
 
