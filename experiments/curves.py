@@ -1,7 +1,7 @@
 """Training curves from drafter model cards (the training.json that experiments.train_drafter writes): validation
 tau_est against training steps per run, and each run's best tau_est against its training sequences and depth.
 
-    python -m experiments.curves out/curve/*-ckpt/* checkpoints/smollm2-135m-dflash --k 4 --out out/curves
+    python -m experiments.curves out/curve/*-ckpt/* checkpoints/smollm2-135m-eagle3 --k 4 --out out/curves
 
 Writes DIR/curves.md (one row per run) and DIR/curves.html. Runs are comparable only on the same validation
 sequences: the table names each run's validation set and the report says when they differ.
@@ -22,6 +22,10 @@ def read_card(path: str | Path) -> dict:
     if not card_file.is_file():
         raise FileNotFoundError(f"no training.json in {path}")
     card = json.loads(card_file.read_text())
+    if card.get("averaged"):
+        sources = ", ".join(a["checkpoint"] for a in card["averaged"])
+        raise ValueError(f"{card_file} records weights averaged from {sources}, not a training run: give the runs "
+                         "it averaged")
     try:
         arch, data, training = card["architecture"], card["data"], card["training"]
     except KeyError as e:

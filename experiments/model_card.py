@@ -33,7 +33,12 @@ def _tau(values: list[float] | None, ks: tuple[int, ...] = (4, 7)) -> str:
 
 
 def _stage(card: dict) -> list[str]:
-    """The lines of one training stage: when, what data, the command, steps and the best validation tau_est."""
+    """The lines of one training stage: when, what data, the command, steps and the best validation tau_est; or,
+    for weights averaged from checkpoints (experiments.average), which ones and how."""
+    if card.get("averaged"):
+        return [f"- **{card.get('date') or 'date not recorded'}**: weights averaged, "
+                + " + ".join(f"{a['weight']:g} x `{a['checkpoint']}`" for a in card["averaged"]) + ".",
+                f"  `{card['command']}`"]
     data, training = card.get("data") or {}, card.get("training") or {}
     best = training.get("best") or {}
     when = card.get("date") or "date not recorded"

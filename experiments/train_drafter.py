@@ -807,12 +807,13 @@ def record_evaluation(checkpoint: Path, data: str, scores: dict, command: str) -
 
 
 def init_lineage(checkpoint: Path) -> dict | None:
-    """What a fine-tune started from: the --init checkpoint's card (data, training, hardware, its own lineage)."""
+    """What a fine-tune started from: the --init checkpoint's card (data, training, hardware, the checkpoints it
+    averaged, its own lineage)."""
     path = checkpoint / "training.json"
     if not path.is_file():
         return None
     card = json.loads(path.read_text())
-    return {k: card[k] for k in ("drafter", "date", "command", "data", "training", "hardware", "init_card")
+    return {k: card[k] for k in ("drafter", "date", "command", "data", "training", "hardware", "averaged", "init_card")
             if k in card}
 
 

@@ -326,8 +326,13 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
 def test_curves_from_model_cards(tmp_path):
     from experiments import curves
 
-    shipped = Path("checkpoints/smollm2-135m-dflash")
-    card = json.loads((shipped / "training.json").read_text())
+    averaged = Path("checkpoints/smollm2-135m-dflash")  # the default: two runs' weights averaged, no curve of its own
+    with pytest.raises(ValueError, match="weights averaged from .*not a training run"):
+        curves.read_card(averaged)
+    card = json.loads((averaged / "training.json").read_text())["init_card"]  # the last run it averaged
+    shipped = tmp_path / "smollm2-135m-dflash"
+    shipped.mkdir()
+    (shipped / "training.json").write_text(json.dumps(card))
     small = json.loads(json.dumps(card))
     small["architecture"]["layers"], small["data"]["sequences"], small["curve"] = 1, 100, card["curve"][:3]
     small["data"]["validation_sha256"] = "another-split"
