@@ -583,8 +583,8 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     if args.lookup_hints and not cfg.lookup_hints:
         cfg = replace(cfg, lookup_hints=args.lookup_hints)
     if args.oov_hints:
-        if not cfg.lookup_hints or draft_ids is None or cfg.domino is not None or args.domino:
-            raise SystemExit("--oov-hints needs lookup hints, a restricted draft vocabulary and no Domino head")
+        if not cfg.lookup_hints or draft_ids is None:
+            raise SystemExit("--oov-hints needs lookup hints and a restricted draft vocabulary")
         cfg = replace(cfg, oov_hints=True)
     if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
         emb_dim, gru = (int(x) for x in args.domino.split(":"))

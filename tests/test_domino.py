@@ -81,7 +81,8 @@ def test_rollout_is_teacher_forcing_on_its_own_drafts():
     embed_table = jnp.asarray(rng.normal(size=(VOCAB, H)), jnp.float32)
     base, rows = (jnp.asarray(rng.normal(size=(2, BLOCK - 1, d)), jnp.float32) for d in (VOCAB, H))
     anchors = jnp.asarray([5, 9])
-    logits = domino.rollout(params, dom, base, rows, embed_table[anchors], lambda i: embed_table[i])
+    logits = domino.rollout(params, dom, base, rows, embed_table[anchors],
+                            lambda j, lg: (lg, embed_table[jnp.argmax(lg, -1)]))
     drafts = jnp.argmax(logits, -1)
     block = jnp.concatenate([anchors[:, None], drafts[:, :-1]], axis=1)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(domino.teacher_logits(params, dom, base, rows,
@@ -89,10 +90,11 @@ def test_rollout_is_teacher_forcing_on_its_own_drafts():
     np.testing.assert_array_equal(np.asarray(logits[:, 0]), np.asarray(base[:, 0]))  # draft 1: no correction
 
 
-def domino_drafter(shift: bool = False, k: int = BLOCK - 1, vocab: int = VOCAB) -> DFlashDrafter:
-    """A random DFlash drafter with a Domino head; vocab < VOCAB: a restricted draft vocabulary of that size."""
+def domino_drafter(shift: bool = False, k: int = BLOCK - 1, vocab: int = VOCAB, **extra) -> DFlashDrafter:
+    """A random DFlash drafter with a Domino head; vocab < VOCAB: a restricted draft vocabulary of that size; extra:
+    more DFlashConfig fields (lookup hints)."""
     cfg, params = init_dflash(TARGET, num_layers=2, block_size=BLOCK, target_layer_ids=(1, 3, 6), mask_token_id=MASK)
-    cfg = replace(cfg, shift_label=shift, domino=domino.Domino(1, E, G))
+    cfg = replace(cfg, shift_label=shift, domino=domino.Domino(1, E, G), **extra)
     params = scramble({**params, "domino": domino.init(np.random.default_rng(0), cfg.domino, H, vocab, "float32")}, 4)
     ids = np.sort(np.random.default_rng(6).choice(VOCAB, vocab, replace=False))
     return DFlashDrafter(TARGET, cfg, params, k=k, d2t=None if vocab == VOCAB else ids - np.arange(vocab))
@@ -115,6 +117,30 @@ def test_training_logits_equal_the_engines_drafting_along_its_drafts(shift, voca
                                     with_base=True)
     np.testing.assert_allclose(np.asarray(got[0, 0]), np.asarray(want[0]), atol=1e-4, rtol=1e-4)
     assert np.abs(np.asarray(got - base)).max() > 1e-3
+
+
+def test_hinted_drafts_feed_the_gru_as_picked_and_train_as_served():
+    """With lookup hints, hints outside the draft vocabulary (oov_hints) and a hint_bias that drafts them, the GRU
+    takes each draft as picked, hint or argmax: teacher forcing along the served block gives the served logits."""
+    d = domino_drafter(vocab=40, lookup_hints=3, hint_bias=100.0, oov_hints=True)
+    tokens = random_ids(9, seed=8) * 2  # the second copy: lookup proposes the rest of the first
+    anchor = 12
+    hints = dflash.lookup_hints(d.cfg, [tokens[:anchor + 1]])
+    outside = (hints != MASK) & ~np.isin(hints, np.asarray(d.draft_ids))
+    assert outside[0, 1:].any()  # a hint the vocabulary lacks, drafted by its own column, then fed to the GRU
+    state = prefill(d, tokens[:anchor + 1])
+    ids, _, served = draft(d.params, d.head, state.k, state.v, np.int32([tokens[anchor]]), np.int32([anchor]),
+                           d.draft_ids, jnp.asarray(hints), cfg=d.cfg, k=BLOCK - 1)
+    hinted = hints[0] != MASK
+    np.testing.assert_array_equal(np.asarray(ids[0])[hinted], hints[0, hinted])  # hint_bias 100: every hint drafted
+    argmax = np.asarray(d.draft_ids)[np.argmax(np.asarray(served[0, :, :40]), -1)]
+    assert (argmax != np.asarray(ids[0]))[:-1].any()  # feeding the argmax instead would change a later draft
+    seq = tokens[:anchor + 1] + np.asarray(ids[0]).tolist()
+    feats = concat_features(target_features(TARGET, seq, d.feature_layers))
+    trained = dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray([seq]), jnp.asarray([[anchor]]),
+                                  hints=jnp.asarray(hints)[:, None])
+    assert served.shape == (1, BLOCK - 1, 41) and trained.shape == (1, 1, BLOCK - 1, 41)  # 40 ids, the hint column
+    np.testing.assert_allclose(np.asarray(trained[0, 0]), np.asarray(served[0]), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("shift", [False, True])

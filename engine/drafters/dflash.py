@@ -301,9 +301,6 @@ def config_from_json(hf: dict, tokenizer=None, target_layers: int | None = None)
     if oov_hints and not hints:
         raise DrafterError("DFlash dflash_config.oov_hints needs lookup_hints (there are no hints to draft)")
     domino = _domino_of(hf, extra, archs)
-    if oov_hints and domino is not None:
-        raise DrafterError("DFlash dflash_config.oov_hints does not combine with a Domino head (its rollout drafts "
-                           "from the draft vocabulary only)")
     return DFlashConfig(body, block_size, _mask_token_id(hf, extra, tokenizer), layer_ids, num_target_layers,
                         windows, causal, bias, None if target_hidden == body.hidden_size else target_hidden,
                         shift, domino, hints, float(hint_bias), oov_hints)
@@ -513,12 +510,16 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
                   n_out=k + 1)
     rows = draft_rows(cfg, h, k)
     logits = head_logits(head, rows)
-    if cfg.domino is not None:
-        to_target = (lambda i: i) if draft_ids is None else (lambda i: draft_ids[i])
-        logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors),
-                                     lambda i: embed(head, to_target(i)))
     hints = None if hints is None else hints[:, :k]
-    logits = hint_column(cfg, head, rows, logits, hints)
+    if cfg.domino is None:
+        logits = hint_column(cfg, head, rows, logits, hints)
+    else:
+        def draft_step(j: int, logits_j: jax.Array) -> tuple[jax.Array, jax.Array]:
+            hint_j = None if hints is None else hints[:, j]
+            logits_j = hint_column(cfg, head, rows[:, j], logits_j, hint_j)
+            return logits_j, embed(head, pick_drafts(cfg, logits_j, hint_j, draft_ids)[0])
+
+        logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors), draft_step)
     best, q = pick_drafts(cfg, logits, hints, draft_ids)
     return best, q, logits
 

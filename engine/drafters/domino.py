@@ -8,7 +8,7 @@ and adds a low-rank logit delta from [drafter hidden row ; GRU state] to the bas
 
 h_j is the drafter's final-normed row that predicts token j (block row j, or row j-1 with shift_label), g_i the
 GRU state after block tokens 0..i, and P = pure_draft_prefix_len (drafts 1..P keep their base logits). Drafting is
-a short sequential rollout (each greedy draft feeds the GRU); training is teacher forced on the true block tokens,
+a short sequential rollout (each draft feeds the GRU); training is teacher forced on the true block tokens,
 which equals the rollout along every accepted prefix.
 
 Tensors (PyTorch names and [out, in] shapes): prefix_gru.weight_ih_l0 [3G, H], prefix_gru.weight_hh_l0 [3G, G]
@@ -70,25 +70,34 @@ def correction(p: dict, h: jax.Array, g: jax.Array) -> jax.Array:
 
 def teacher_logits(p: dict, dom: Domino, base: jax.Array, rows: jax.Array, block_embeds: jax.Array) -> jax.Array:
     """Corrected logits of drafts 1..K with the true block tokens: base [..., K, Vd] and rows [..., K, H] of drafts
-    1..K, block_embeds [..., K, H] the embeddings of block tokens 0..K-1 (anchor first)."""
+    1..K, block_embeds [..., K, H] the embeddings of block tokens 0..K-1 (anchor first). Columns of base past Vd
+    (such as dflash.hint_column's) keep their logits."""
     g = gru_states(p, block_embeds)  # g[..., i] after tokens 0..i: what draft i+1 sees
     if dom.prefix_len >= base.shape[-2]:
         return base
-    tail = base[..., dom.prefix_len:, :] + correction(p, rows[..., dom.prefix_len:, :], g[..., dom.prefix_len:, :])
+    tail = corrected(p, base[..., dom.prefix_len:, :], rows[..., dom.prefix_len:, :], g[..., dom.prefix_len:, :])
     return jnp.concatenate([base[..., :dom.prefix_len, :], tail], axis=-2)
 
 
+def corrected(p: dict, base: jax.Array, h: jax.Array, g: jax.Array) -> jax.Array:
+    """base [..., V'] plus the correction of rows h given states g on its first Vd columns."""
+    delta = correction(p, h, g)
+    return jnp.concatenate([base[..., :delta.shape[-1]] + delta, base[..., delta.shape[-1]:]], axis=-1)
+
+
 def rollout(p: dict, dom: Domino, base: jax.Array, rows: jax.Array, anchor_embeds: jax.Array,
-            embed_drafts: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    """Greedy drafting: logits [B, K, Vd] of drafts 1..K, each draft's argmax fed to the GRU before the next.
-    base [B, K, Vd], rows [B, K, H], anchor_embeds [B, H]; embed_drafts(head ids [B]) -> their embeddings [B, H]."""
+            draft_step: Callable[[int, jax.Array], tuple[jax.Array, jax.Array]]) -> jax.Array:
+    """Drafting: logits [B, K, V'] of drafts 1..K, each draft fed to the GRU before the next. base [B, K, Vd],
+    rows [B, K, H], anchor_embeds [B, H]; draft_step(j, corrected logits of draft j+1 [B, Vd]) -> (its final
+    logits [B, V'], the embeddings [B, H] of the token it drafts), so the GRU sees what is drafted however it is
+    picked (argmax, a preferred hint)."""
     g = gru_cell(p, anchor_embeds, jnp.zeros((base.shape[0], p["gru_hh"].shape[0]), anchor_embeds.dtype))
     out = []
     for j in range(base.shape[1]):  # K is small and static: unrolled
-        logits = base[:, j] if j < dom.prefix_len else base[:, j] + correction(p, rows[:, j], g)
+        logits, drafted = draft_step(j, base[:, j] if j < dom.prefix_len else corrected(p, base[:, j], rows[:, j], g))
         out.append(logits)
         if j + 1 < base.shape[1]:
-            g = gru_cell(p, embed_drafts(jnp.argmax(logits, -1).astype(jnp.int32)), g)
+            g = gru_cell(p, drafted, g)
     return jnp.stack(out, axis=1)
 
 
