@@ -326,10 +326,15 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
 def test_curves_from_model_cards(tmp_path):
     from experiments import curves
 
-    averaged = Path("checkpoints/smollm2-135m-dflash")  # the default: two runs' weights averaged, no curve of its own
+    card = json.loads(Path("checkpoints/smollm2-135m-dflash/training.json").read_text())
+    while "averaged" not in card:  # down the default's lineage to a stage of averaged weights: no curve of its own
+        card = card["init_card"]
+    averaged = tmp_path / "averaged"
+    averaged.mkdir()
+    (averaged / "training.json").write_text(json.dumps(card))
     with pytest.raises(ValueError, match="weights averaged from .*not a training run"):
         curves.read_card(averaged)
-    card = json.loads((averaged / "training.json").read_text())["init_card"]  # the last run it averaged
+    card = card["init_card"]  # the last run it averaged
     shipped = tmp_path / "smollm2-135m-dflash"
     shipped.mkdir()
     (shipped / "training.json").write_text(json.dumps(card))
