@@ -1,6 +1,6 @@
 """Fidelity to the published drafter formats: the target's last-layer feature is HF's post-norm
 hidden_states[N], configs the drafter layers cannot honour are refused, and exported configs carry the
-published `auto_map` (DFlash) and still load."""
+published `auto_map` (DFlash, Domino) and still load."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from engine.drafters.eagle3 import save_eagle3
 
 CHECKPOINTS = {"dflash": dflash.DEFAULT_CHECKPOINT, "eagle3": eagle3.DEFAULT_CHECKPOINT}
 DFLASH_AUTO_MAP = {"AutoModel": "dflash.DFlashDraftModel"}
+DOMINO_AUTO_MAP = {"AutoModel": "domino.DominoDraftModel"}  # SpecForge's DFlash with a Domino head
 
 
 def test_last_layer_feature_is_hf_post_norm_hidden_state(target, hf_smollm2):
@@ -49,11 +50,14 @@ def test_configs_the_layers_cannot_honour_are_refused(tmp_path, target, kind, fi
 
 
 def test_exported_configs_carry_the_published_auto_map_and_load(tmp_path, target):
-    assert json.loads((CHECKPOINTS["dflash"] / "config.json").read_text())["auto_map"] == DFLASH_AUTO_MAP
-    shipped = load_drafter("dflash", target)
-    save_dflash(tmp_path / "dflash", shipped.cfg, shipped.params)
-    assert json.loads((tmp_path / "dflash" / "config.json").read_text())["auto_map"] == DFLASH_AUTO_MAP
-    assert load_drafter(tmp_path / "dflash", target).cfg == shipped.cfg
+    plain = CHECKPOINTS["dflash"].parent / "smollm2-135m-dflash-plain"
+    for path, auto_map in ((plain, DFLASH_AUTO_MAP), (CHECKPOINTS["dflash"], DOMINO_AUTO_MAP)):  # the default: Domino
+        assert json.loads((path / "config.json").read_text())["auto_map"] == auto_map
+        shipped = load_drafter(path, target)
+        d2t = None if shipped.draft_ids is None else np.asarray(shipped.draft_ids) - np.arange(len(shipped.draft_ids))
+        save_dflash(tmp_path / path.name, shipped.cfg, shipped.params, d2t=d2t)
+        assert json.loads((tmp_path / path.name / "config.json").read_text())["auto_map"] == auto_map
+        assert load_drafter(tmp_path / path.name, target).cfg == shipped.cfg
     # published EAGLE-3 configs (yuhuili/EAGLE3-*, NVIDIA ModelOpt's export template) carry no auto_map
     shipped = load_drafter("eagle3", target)
     save_eagle3(tmp_path / "eagle3", shipped.cfg, shipped.params, np.asarray(shipped.d2t))

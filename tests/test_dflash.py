@@ -498,8 +498,9 @@ def test_lossless_through_the_engine_on_smollm2(target, greedy):  # conftest: th
 
 @pytest.mark.slow
 def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(target, tmp_path):
-    shipped = dflash.load(target)
-    full = DFlashDrafter(target, shipped.cfg, shipped.params, k=7)  # the full vocabulary
+    shipped = dflash.load(target)  # its body and shared head; a Domino head is tied to its own draft vocabulary
+    body = {k: v for k, v in shipped.params.items() if k != "domino"}
+    full = DFlashDrafter(target, replace(shipped.cfg, domino=None), body, k=7)  # the full vocabulary
     prompt = "Anna has 4 boxes with 6 pencils each. She gives away 5 pencils. How many are left?"
     want = engine.generate(target, prompt, drafter=full, max_new_tokens=40)
     drafted = sorted({t for s in want.steps for t in s.drafted})
@@ -538,7 +539,12 @@ def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_o
     logits = dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), jnp.asarray(anchors), hints=hints)
     drafts = np.asarray(dflash.pick_drafts(d.cfg, logits, None if hints is None else jnp.asarray(hints),
                                            d.draft_ids)[0])[0]
-    assert [drafts[i, :len(s.drafted)].tolist() for i, s in enumerate(run.steps)] == [s.drafted for s in run.steps]
+    # a Domino head's GRU reads the block's tokens: teacher forcing equals the rollout along the accepted prefix and
+    # at the first rejected draft, after which the engine feeds its own drafts and training the target's tokens
+    seen = [len(s.drafted) if d.cfg.domino is None else min(len(s.drafted), s.accepted + 1) for s in run.steps]
+    want = [s.drafted[:n] for s, n in zip(run.steps, seen, strict=True)]
+    assert [drafts[i, :n].tolist() for i, n in enumerate(seen)] == want
+    assert sum(seen) > len(seen)  # more than one draft per step compared
 
 
 @pytest.mark.parametrize("with_sinks", [False, True])
