@@ -1,16 +1,19 @@
 """Benchmark drafters on prompt suites, interleaved per prompt against the `ar` baseline, into the history.
 
     python -m experiments.bench --suite gsm8k,humaneval,mtbench --drafters ar,ngram,dflash,eagle3 --k 4,8,16 \
-        [--limit N] [--max-new-tokens 128] [--temperature 0] [--db PATH] [--json] [--target PATH] [--dtype D] [--peers]
-        [--batch 1,4,16] [--mesh DxM]
+        [--split test|dev] [--limit N] [--max-new-tokens 128] [--temperature 0] [--db PATH] [--json] [--target PATH]
+        [--dtype D] [--peers] [--batch 1,4,16] [--mesh DxM]
+
+Named suites run on their sealed test slice by default (experiments.suites: the dev slice is for tuning); --limit N
+takes the first N prompts of that slice. Every row and stored run says which slice it came from.
 
 Every (drafter, K) first generates once from the first prompt untimed (XLA compiles, allocations). Then, for
 each prompt in turn, `ar` runs first and every (drafter, K) after it, so slow drift of a shared machine hits
 all contenders alike. A run that still compiled (a new cache-size bucket) is run again and only the second,
 compile-free run counts: no timing below includes XLA compilation, which is reported apart as compile_s (the
 seconds of XLA compilation the contender has caused so far: its warm-up and any repeated run). Every counted
-run is stored in the history (source='bench', suite, prompt_id, category, lossless, comparison_group =
-"bench-<session>/<suite>/<prompt id>").
+run is stored in the history (source='bench', suite, split, prompt_id, category, lossless, comparison_group =
+"bench-<session>/<suite>/<prompt id>", and baseline_run_id: the ar run of that group).
 
 Per (suite, drafter, K) over the same n prompts:
 - tau: mean over prompts of the run's tau (tokens emitted per verify step), as the drafter_comparison view;
@@ -218,6 +221,7 @@ class _Recorder:
         self.history, self.suite, self.session, self.greedy, self.command = history, suite, session, greedy, command
         self.outcomes: dict[int, list[Outcome]] = {}
         self.ref: dict[str, Outcome] = {}
+        self.ref_ids: dict[tuple[str, str], str] = {}  # (group row id, prompt id) -> the stored ar run
 
     def __call__(self, row: dict, c: Contender, out: Outcome) -> None:
         self.outcomes.setdefault(id(c), []).append(out)
@@ -226,12 +230,16 @@ class _Recorder:
         if not out.results:  # peers are timed, not stored
             return
         ref = sequences(self.ref[row["id"]])
+        is_ar = c.name == "ar" and isinstance(c, EngineContender)
         for result, member, want in zip(out.results, prompt_rows(row), ref, strict=True):
             lossless = want == result.token_ids if self.greedy else None
-            self.history.write_run(result.to_dict(), prompt=member["prompt"], suite=self.suite,
-                                   prompt_id=member["id"], category=member.get("category"), source="bench",
-                                   lossless=lossless, comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}",
-                                   command=self.command)
+            run_id = self.history.write_run(
+                result.to_dict(), prompt=member["prompt"], suite=self.suite, prompt_id=member["id"],
+                category=member.get("category"), split=member.get("split"), source="bench", lossless=lossless,
+                comparison_group=f"bench-{self.session}/{self.suite}/{row['id']}", command=self.command,
+                baseline_run_id=None if is_ar else self.ref_ids.get((row["id"], member["id"])))
+            if is_ar:
+                self.ref_ids[(row["id"], member["id"])] = run_id
 
 
 def scaling_rows(rows: list[dict]) -> None:
@@ -271,9 +279,10 @@ def bench_suite(label: str, prompts: list[dict], contenders: list[Contender], hi
     record = _Recorder(history, label, session, greedy, command)
     interleave(prompts, contenders, record, progress)
     ref = [record.ref[row["id"]] for row in prompts]
+    split = "+".join(sorted({m.get("split") or "all" for row in prompts for m in prompt_rows(row)}))
     rows = []
     for c in contenders:
-        row = summarize(label, c, record.outcomes[id(c)], ref, greedy)
+        row = {**summarize(label, c, record.outcomes[id(c)], ref, greedy), "split": split}
         if getattr(c, "peer_of", None):
             row["peer"] = c.peer_of
             row["speedup"] = _ratio(ms_per_token(ref), row["ms_per_token"])
@@ -287,7 +296,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--suite", default="gsm8k", help="comma-separated suite names or JSONL paths")
     ap.add_argument("--drafters", default="ar,ngram")
     ap.add_argument("--k", default="4,8", help="comma-separated draft lengths (ar always runs at K 0)")
-    ap.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")
+    ap.add_argument("--split", default="test", choices=["test", "dev"],
+                    help="the slice of each named suite (test: sealed, for reported numbers; dev: for tuning)")
+    ap.add_argument("--limit", type=int, default=None, help="first N prompts of each suite's slice")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -321,7 +332,7 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
         ks, batches = [int(k) for k in _csv(a.k)], [int(b) for b in _csv(a.batch)]
         if not batches or min(batches) < 1:
             raise ValueError(f"--batch needs positive batch sizes, got {a.batch!r}")
-        suites = {suite_label(name): load_suite(name, a.limit) for name in _csv(a.suite)}
+        suites = {suite_label(name): load_suite(name, a.limit, split=a.split) for name in _csv(a.suite)}
         if not suites:
             raise SuiteError("--suite names no suite")
         history = open_history(a.db)
@@ -376,7 +387,7 @@ def main(argv: list[str] | None = None, target: Target | None = None) -> int:
 
 def update_cards(rows: list[dict], max_new_tokens: int, command: str = "") -> None:
     """Write each checkpoint row's measured tau and speedup (batch 1, greedy, with the bench command) into its
-    training.json, replacing the row of the same suite, K and device kind, and rewrite its model card."""
+    training.json, replacing the row of the same suite, slice, K and device kind, and rewrite its model card."""
     device = jax.devices()[0].device_kind
     for r in rows:
         card_path = Path(r["checkpoint"] or "") / "training.json"
@@ -384,8 +395,9 @@ def update_cards(rows: list[dict], max_new_tokens: int, command: str = "") -> No
             continue
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
         keep = [m for m in card.get("measured", [])
-                if (m.get("suite"), m.get("k"), m.get("device_kind")) != (r["suite"], r["k"], device)]
-        card["measured"] = keep + [{"suite": r["suite"], "k": r["k"], "n": r["n"], "tau": r["tau"],
+                if (m.get("suite"), m.get("split"), m.get("k"), m.get("device_kind"))
+                != (r["suite"], r["split"], r["k"], device)]
+        card["measured"] = keep + [{"suite": r["suite"], "split": r["split"], "k": r["k"], "n": r["n"], "tau": r["tau"],
                                     "speedup": r["speedup"], "lossless": r["lossless"], "device_kind": device,
                                     "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"),
                                     "command": command}]
@@ -401,12 +413,12 @@ def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Ta
             bar.write(json.dumps(r), file=sys.stdout)
         return
     mode = "greedy" if a.temperature == 0 else f"temperature {a.temperature:g}"
-    head = (f"\n{label}: {rows[0]['n']} prompts, max {a.max_new_tokens} new tokens, {mode}, {target.name} "
-            f"{target.dtype}; speedup = sum ar decode s / sum decode s at the same batch (peers: ar ms/token / peer "
-            "ms/token); draft/verify ms per decode step (one call for the whole batch each); compile s = XLA "
-            "compilation, never timed in tok/s; flat-K x = tau * ar step / (ar verify + draft), the speedup if a "
-            "verify cost one ar pass; ours x = peer ms/token / ours (ar for hf-generate, ngram at K for "
-            "hf-prompt-lookup)")
+    head = (f"\n{label} ({rows[0]['split']} slice): {rows[0]['n']} prompts, max {a.max_new_tokens} new tokens, "
+            f"{mode}, {target.name} {target.dtype}; speedup = sum ar decode s / sum decode s at the same batch "
+            "(peers: ar ms/token / peer ms/token); draft/verify ms per decode step (one call for the whole batch "
+            "each); compile s = XLA compilation, never timed in tok/s; flat-K x = tau * ar step / (ar verify + "
+            "draft), the speedup if a verify cost one ar pass; ours x = peer ms/token / ours (ar for hf-generate, "
+            "ngram at K for hf-prompt-lookup)")
     tail = "".join(f"\n{p}" for p in problems)
     bar.write(f"{head}\n{suite_table(rows)}{tail}", file=sys.stdout)
     sys.stdout.flush()

@@ -39,7 +39,7 @@ from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.drafters import dflash, eagle3
 from engine.model import forward
 from engine.target import Target
-from experiments.suites import load_suite
+from experiments.suites import SealedSplitError, check_not_test, load_suite
 from experiments.train_data import build_prompts
 
 MANIFEST = "manifest.json"
@@ -197,11 +197,39 @@ def _write_shard(out: Path, manifest: dict, number: int, pending: dict, done: di
     _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
 
 
+def suite_slice(source: str) -> tuple[str, str | None] | None:
+    """(suite, slice) of a suite dataset's prompt_source ("suite:gsm8k/dev"; slice None in a legacy "suite:gsm8k"),
+    None for a training dataset's."""
+    if not source.startswith("suite:"):
+        return None
+    suite, _, split = source.removeprefix("suite:").partition("/")
+    return suite, split or None
+
+
+def check_suite_data(dirs: list[str | Path], *, training: bool, what: str) -> None:
+    """The leak guard on datasets: `what` trains (training=True) on no dataset of suite prompts, and selects
+    (checkpoints, serving rules) on the dev slice of a suite only; raises SealedSplitError naming the dataset."""
+    for d in map(Path, dirs):
+        manifest = read_manifest(d)
+        found = manifest and suite_slice(manifest["prompt_source"])
+        if not found:
+            continue
+        suite, split = found
+        if training:
+            raise SealedSplitError(f"{d} holds prompts of the {suite} suite ({manifest['prompt_source']}): {what} "
+                                   "never trains on evaluation prompts; it evaluates on them (--evaluate)")
+        if split is None:
+            raise SealedSplitError(f"{d} records no slice of the {suite} suite: rebuild it with python -m "
+                                   f"experiments.distill --suite {suite} --out {d} (the dev slice)")
+        check_not_test(split, f"{what} on {d}")
+
+
 def prompt_rows(source: str, n_prompts: int, seed: int, mix: dict | None) -> list[dict]:
     """The first n_prompts prompts {prompt, kind, ...} of a dataset's prompt source (a manifest's prompt_source)."""
-    if source.startswith("suite:"):
-        suite = source.removeprefix("suite:")
-        return [{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite)[:n_prompts]]
+    found = suite_slice(source)
+    if found:
+        suite, split = found
+        return [{"prompt": r["prompt"], "kind": suite} for r in load_suite(suite, split=split)[:n_prompts]]
     return build_prompts(n_prompts, seed, mix)
 
 
@@ -236,12 +264,13 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
     shard i is written as soon as all its prompts are answered, so a killed run loses only unfinished shards.
     features: also keep the target features of every token (feature_layers() of the target, float16, one .npy
     per shard, not committed: ~7 KB per token for SmolLM2) so drafter training needs no feature pass.
-    suite: answer the first n_prompts prompts of an evaluation suite instead (an offline evaluation set for
-    tau_est per suite: never train on it)."""
+    suite: answer the first n_prompts prompts of an evaluation suite's dev slice instead (an offline evaluation set
+    for tau_est per suite, for choosing checkpoints and serving rules; train_drafter refuses to train on it). The
+    sealed test slice is never distilled."""
     capture = feature_layers(target.cfg.num_layers) if features else ()
     settings = {"target": target.name, "dtype": target.dtype, "seed": seed, "mix": mix, "max_new": max_new,
                 "max_prompt": max_prompt, "shard_size": shard_size,
-                "prompt_source": f"suite:{suite}" if suite else "experiments.train_data.build_prompts"}
+                "prompt_source": f"suite:{suite}/dev" if suite else "experiments.train_data.build_prompts"}
     manifest = read_manifest(out) or {**settings, "shards": []}
     changed = [k for k in FIXED if manifest.get(k) != settings[k]]
     if changed:
@@ -354,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--target", default=None)
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
-    ap.add_argument("--suite", default=None, help="distill an evaluation suite's prompts (tau_est per suite)")
+    ap.add_argument("--suite", default=None,
+                    help="distill an evaluation suite's dev-slice prompts (tau_est per suite; never trained on)")
     ap.add_argument("--no-features", action="store_true", help="do not keep target features next to the shards")
     ap.add_argument("--add-features", action="store_true",
                     help="compute the feature sidecars of an existing dataset's shards (resumable), generate nothing")

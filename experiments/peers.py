@@ -482,7 +482,8 @@ def llama_cpp_main(argv: list[str] | None = None) -> int:
     home = llama_cpp_home()
     try:
         llama_cpp_tools(home)  # fail fast, before any model loads
-        prompts = [row for name in a.suite.split(",") if name.strip() for row in load_suite(name.strip(), a.limit)]
+        prompts = [row for name in a.suite.split(",") if name.strip()
+                   for row in load_suite(name.strip(), a.limit, split="test")]
         target = load_target(a.target)
         template = default_template(target.tokenizer)
         shipped = {name: Path(load_drafter(name, target, k=a.k).checkpoint) for name in ("dflash", "eagle3")}

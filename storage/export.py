@@ -14,7 +14,7 @@ from .history import History, _dicts, _filters, _where
 EXPORT_SELECT = """
 SELECT a.annotation_id AS id, a.run_id, a.step_idx, a.draft_pos, a.label, a.note, a.created_at, a.updated_at,
        r.target, r.drafter, r.drafter_checkpoint, r.k, r.temperature, r.top_p, r.seed, r.status, r.source,
-       r.suite, r.prompt_id, r.category, r.prompt, r.text, r.created_at AS run_created_at,
+       r.suite, r.split, r.prompt_id, r.category, r.prompt, r.text, r.created_at AS run_created_at,
        s.position AS step_position, s.drafted, s.accepted, s.bonus, s.emitted, s.drafted_text, s.bonus_text,
        s.position + 1 + a.draft_pos AS position,
        s.drafted[a.draft_pos + 1] AS drafted_token,
@@ -34,7 +34,7 @@ JOIN steps s ON s.run_id = a.run_id AND s.idx = a.step_idx
 
 REJECTION_FIELDS = ("id", "run_id", "step_idx", "draft_pos", "label", "note", "prefix_ids", "position",
                     "drafted_token", "target_token", "p", "q", "top5_ids", "top5_p", "drafter", "k", "temperature",
-                    "target", "accepted", "drafted_text", "target_text")
+                    "target", "accepted", "drafted_text", "target_text", "prompt", "suite", "split")
 
 
 def export_annotations(history: History, out_dir: str | os.PathLike, label: str | None = None,

@@ -24,7 +24,7 @@ from storage import open_history
 def test_builtin_suites(name, count):
     rows = load_suite(name)
     assert len(rows) == count and name in SUITES
-    assert all(set(r) == {"id", "prompt", "category"} for r in rows)
+    assert all(set(r) == {"id", "prompt", "category", "split"} for r in rows)
     assert all(isinstance(r["id"], str) and r["prompt"].strip() for r in rows)
     assert len({r["id"] for r in rows}) == count
     assert load_suite(name, limit=3) == rows[:3]
@@ -45,8 +45,8 @@ def test_suite_contents():
 def test_jsonl_suite(tmp_path):
     path = tmp_path / "mine.jsonl"
     path.write_text('{"id": "a", "prompt": "hi", "category": "x"}\n\n{"prompt": "there"}\n')
-    assert load_suite(str(path)) == [{"id": "a", "prompt": "hi", "category": "x"},
-                                     {"id": "3", "prompt": "there", "category": None}]
+    assert load_suite(str(path)) == [{"id": "a", "prompt": "hi", "category": "x", "split": None},
+                                     {"id": "3", "prompt": "there", "category": None, "split": None}]
     assert suite_label(str(path)) == "mine"
 
 
