@@ -74,6 +74,18 @@ def ablation_table(record: dict) -> list[str]:
     return lines
 
 
+def serving_line(serving: dict) -> str:
+    """How the drafter's serving rule (hint_bias) was set: given, or chosen among candidates and where."""
+    head = f"hint_bias {serving['hint_bias']:g}, {serving['chosen_on']}"
+    if not serving.get("candidates"):
+        return head + "."
+    where = ", ".join(f"{x}" for x in serving.get("data") or [])
+    scored = "; ".join(f"{c['hint_bias']:g}: {c[serving['metric']]:.3f}" for c in serving["candidates"])
+    size = serving.get("validation_sequences") or serving.get("sequences")
+    return (f"{head} ({size} sequences of {where}), the best {serving['metric']} at K={serving['k']} of "
+            f"{scored}; {serving['date']}, `{serving['command']}`.")
+
+
 def render_card(name: str, card: dict) -> str:
     """The README.md of a drafter checkpoint from its training.json."""
     kind, arch = card["drafter"], dict(card.get("architecture") or {})
@@ -102,6 +114,9 @@ def render_card(name: str, card: dict) -> str:
     while stage:
         lines += _stage(stage)
         stage = stage.get("init_card")
+    serving = card.get("serving")
+    if serving:
+        lines += ["", "## Serving rule", "", serving_line(serving)]
     evaluations = card.get("evaluations") or []
     if evaluations:
         lines += ["", "## Offline tau per evaluation set", "",
@@ -117,9 +132,10 @@ def render_card(name: str, card: dict) -> str:
     measured = card.get("measured") or []
     if measured:
         lines += ["", "## Engine (measured)", "",
-                  "| suite | K | prompts | tau | speedup vs ar | lossless | device | date |", "|---" * 8 + "|"]
-        lines += [f"| {m['suite']} | {m['k']} | {m['n']} | {m['tau']:.2f} | {m['speedup']:.2f}x | {m['lossless']} | "
-                  f"{m['device_kind']} | {m.get('date', '-')} |" for m in measured]
+                  "| suite | slice | K | prompts | tau | speedup vs ar | lossless | device | date |", "|---" * 9 + "|"]
+        lines += [f"| {m['suite']} | {m.get('split') or 'not recorded'} | {m['k']} | {m['n']} | {m['tau']:.2f} | "
+                  f"{m['speedup']:.2f}x | {m['lossless']} | {m['device_kind']} | {m.get('date', '-')} |"
+                  for m in measured]
         commands = sorted({m["command"] for m in measured if m.get("command")})
         lines += [""] + [f"Measured with `{c}`." for c in commands]
     return "\n".join(lines) + "\n"

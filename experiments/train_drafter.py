@@ -45,6 +45,8 @@ from engine.drafters.ngram import NgramDrafter
 from engine.target import Target, load_target
 from experiments import distill, model_card
 from experiments.distill import target_features
+from experiments.suites import SealedSplitError
+from experiments.train_data import suite_holdout
 
 # ---------------------------------------------------------------- data
 
@@ -100,13 +102,31 @@ def load_sequences(dirs: list[str], with_features: bool = True) -> Sequences:
 
 def export_sequences(target: Target, export_dir: Path, weight: int, max_new: int,
                      capture: tuple[int, ...]) -> Sequences:
-    """Rejection prefixes of an annotation export, each continued by the target (engine path), `weight` times."""
+    """Rejection prefixes of an annotation export, each continued by the target (engine path), `weight` times.
+    Rejections of runs on an evaluation suite's prompts (train_data.suite_holdout) are dropped: never trained on."""
     rows = [json.loads(line) for line in (export_dir / "rejections.jsonl").read_text().splitlines() if line.strip()]
-    prompts = [np.asarray(r["prefix_ids"], np.int32) for r in rows]
+    kept = trainable_rejections(rows, export_dir)
+    prompts = [np.asarray(r["prefix_ids"], np.int32) for r in kept]
     responses, feats = distill.greedy_responses(target, prompts, max_new, capture=capture)
     arrays = distill.encode_shard(prompts, responses, list(range(len(prompts))), target.cfg.vocab_size)
     one = Sequences(arrays["tokens"].astype(np.int32), arrays["offsets"], arrays["prompt_lens"], feats, capture)
     return one.subset(np.tile(np.arange(len(prompts)), weight))
+
+
+def trainable_rejections(rows: list[dict], export_dir: Path) -> list[dict]:
+    """The rejection records of an export that may be trained on: those of runs whose prompt no evaluation suite
+    holds (train_data.suite_holdout, both slices); says how many it dropped."""
+    if any("prompt" not in r for r in rows):
+        raise SystemExit(f"{export_dir} predates the prompt field that the suite hold-out reads: export it again "
+                         "(Annotate tab or storage.export_annotations)")
+    holdout = suite_holdout()
+    kept = [r for r in rows if not holdout.rejects(r["prompt"] or "")]
+    if len(kept) < len(rows):
+        print(f"{export_dir}: {len(rows) - len(kept)} of {len(rows)} rejections are of suite prompts, dropped "
+              "(evaluation prompts are never trained on)", flush=True)
+    if not kept:
+        raise SystemExit(f"{export_dir}: no rejection left to train on once the suite prompts are dropped")
+    return kept
 
 
 def concat_sequences(parts: list[Sequences]) -> Sequences:
@@ -349,6 +369,12 @@ def dflash_runs(params, cfg, head, feats, batch, draft_ids: jax.Array | None = N
     draft_ids: target ids of a restricted head's columns (as DFlashDrafter drafts)."""
     logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
                                         hints=batch.get("hints"))
+    return picked_runs(cfg, logits, batch, draft_ids)
+
+
+def picked_runs(cfg, logits, batch, draft_ids: jax.Array | None = None) -> jax.Array:
+    """Accepted-run lengths [B, A] of the drafts cfg's serving rule (pick_drafts: argmax, or a lookup hint within
+    cfg.hint_bias) picks from block logits [B, A, block-1, V]."""
     drafts, _ = dflash.pick_drafts(cfg, logits, batch.get("hints"), draft_ids)
     identity = jnp.arange(cfg.body.vocab_size, dtype=jnp.int32)
     labels, valid = dflash_labels_in(identity, batch["tokens"], batch["lengths"], batch["anchors"],
@@ -586,6 +612,11 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         if not cfg.lookup_hints or draft_ids is None:
             raise SystemExit("--oov-hints needs lookup hints and a restricted draft vocabulary")
         cfg = replace(cfg, oov_hints=True)
+    biases = args.hint_bias or (0.0,)
+    if any(biases) and not cfg.lookup_hints:
+        raise SystemExit("--hint-bias is a rule for lookup hints: pass --lookup-hints N too")
+    # one --hint-bias is the rule as given; several are chosen on validation after training (choose_serving)
+    cfg = replace(cfg, hint_bias=biases[0] if len(biases) == 1 else 0.0)
     if args.domino and cfg.domino is None:  # a fresh Domino head on a fresh or loaded drafter
         emb_dim, gru = (int(x) for x in args.domino.split(":"))
         cfg = replace(cfg, domino=domino.Domino(args.domino_prefix, emb_dim, gru))
@@ -613,7 +644,9 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
                                                          "draft_vocab_size": head_width(head),
                                                          "domino": None if cfg.domino is None else
                                                          vars(cfg.domino), "lookup_hints": cfg.lookup_hints,
-                                                         "oov_hints": cfg.oov_hints})
+                                                         "oov_hints": cfg.oov_hints, "hint_bias": cfg.hint_bias},
+                   serving={"hint_bias": cfg.hint_bias, "chosen_on": "given (--hint-bias)"} if cfg.lookup_hints
+                   else None)
         return out
 
     columns = stored_columns(data, cfg.target_layer_ids, target, args)
@@ -734,11 +767,13 @@ def walk_taus(batch: dict[str, np.ndarray], runs: np.ndarray, k: int) -> list[fl
     return taus
 
 
-def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) -> dict:
-    """tau_est(K = 1..max) of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training), with
-    n-gram lookup's on the same anchors and both split by copy anchors (copy_split), and the engine's greedy tau
-    replayed on the sequences (walk_taus, mean over sequences as the bench reports it; None unless every response
-    position is an anchor)."""
+def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args,
+                        hint_biases: tuple[float, ...] | None = None) -> list[dict]:
+    """Scores of a saved DFlash or EAGLE-3 checkpoint on every sequence of `data` (no training), one dict per
+    serving rule: the checkpoint's own (hint_biases None), else one per DFlash hint_bias (the block logits computed
+    once, each rule picking its drafts from them). Each: tau_est(K = 1..max), with n-gram lookup's on the same
+    anchors and both split by copy anchors (copy_split), and the engine's greedy tau replayed on the sequences
+    (walk_taus, mean over sequences as the bench reports it; None unless every response position is an anchor)."""
     from engine.drafters import load_drafter
 
     drafter = load_drafter(checkpoint, target)
@@ -746,32 +781,88 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args) 
     columns = feature_columns(data, drafter.feature_layers, target.cfg.hidden_size)
     if drafter.name == "dflash":
         max_k = drafter.cfg.block_size - 1
-        runs = jax.jit(lambda p, f, b: dflash_runs(p, drafter.cfg, drafter.head, f, b, drafter.draft_ids))
+        rules = [drafter.cfg] if hint_biases is None else [replace(drafter.cfg, hint_bias=float(v))
+                                                           for v in hint_biases]
+        if any(c.hint_bias for c in rules) and not drafter.cfg.lookup_hints:
+            raise SystemExit(f"--hint-bias needs a DFlash with lookup hints; {checkpoint} has none")
+        logits_of = jax.jit(lambda p, f, b: dflash.dflash_train_logits(p, drafter.cfg, drafter.head, f, b["tokens"],
+                                                                       b["anchors"], hints=b.get("hints")))
+        pick = jax.jit(picked_runs, static_argnames=("cfg",))
+
+        def runs(p, f, b):
+            logits = logits_of(p, f, b)
+            return [pick(c, logits, b, drafter.draft_ids) for c in rules]
     else:
+        if hint_biases is not None:
+            raise SystemExit("--hint-bias is a DFlash serving rule (lookup hints); EAGLE-3 drafts without hints")
         max_k = args.block_size - 1
         t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
         embed = params.get("embed", target.params["embed"])
-        runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, t2d, f, b, max_k))
+        eagle_runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, t2d, f, b, max_k))
+
+        def runs(p, f, b):
+            return [eagle_runs(p, f, b)]
 
     def runs_of(p, b):
         feats = b["feats"].astype(jnp.float32) if "feats" in b else target_features(
             target.params, b["tokens"], cfg=target.cfg, capture=drafter.feature_layers)
-        return runs(p, feats, b)
+        return [np.asarray(r) for r in runs(p, feats, b)]
 
     batches = list(anchored_batches(data, args, columns))
     if drafter.name == "dflash":
         batches = [add_hints(b, drafter.cfg) for b in batches]
-    batch_runs = [np.asarray(runs_of(params, b)) for b in batches]
-    runs = np.concatenate([r[b["anchor_valid"]] for r, b in zip(batch_runs, batches, strict=True)])
+    per_batch = [runs_of(params, b) for b in batches]
     ngram = np.concatenate([ngram_runs(b, max_k)[b["anchor_valid"]] for b in batches])
-    walks = [[walk_taus(b, r, k) for b, r in zip(batches, batch_runs, strict=True)] for k in range(1, max_k + 1)]
-    walk_tau = None if any(w is None for ws in walks for w in ws) else [
-        round(float(np.mean([t for w in ws for t in w])), 4) for ws in walks]
-    return {"tau_est": tau_from_runs(runs, max_k), "walk_tau": walk_tau, **copy_split(runs, ngram, max_k)}
+    scores = []
+    for rule in range(len(per_batch[0]) if per_batch else 1):
+        batch_runs = [r[rule] for r in per_batch]
+        flat = np.concatenate([r[b["anchor_valid"]] for r, b in zip(batch_runs, batches, strict=True)])
+        walks = [[walk_taus(b, r, k) for b, r in zip(batches, batch_runs, strict=True)] for k in range(1, max_k + 1)]
+        walk_tau = None if any(w is None for ws in walks for w in ws) else [
+            round(float(np.mean([t for w in ws for t in w])), 4) for ws in walks]
+        scores.append({"tau_est": tau_from_runs(flat, max_k), "walk_tau": walk_tau,
+                       **copy_split(flat, ngram, max_k)})
+    return scores
 
 
-def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict) -> None:
-    """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, tau_est curve."""
+def choose_hint_bias(candidates: tuple[float, ...], scores: list[dict]) -> tuple[float, str]:
+    """The hint_bias whose scores are best: walk_tau at the largest K where every candidate has one, else tau_est
+    (ties: the smaller bias, the plainer rule); returns (bias, the metric it was chosen by)."""
+    metric = "walk_tau" if all(s["walk_tau"] for s in scores) else "tau_est"
+    best = max(range(len(candidates)), key=lambda i: (scores[i][metric][-1], -candidates[i]))
+    return candidates[best], metric
+
+
+def record_serving(checkpoint: Path, candidates: tuple[float, ...], scores: list[dict], chosen_on: dict,
+                   command: str) -> float:
+    """Choose the checkpoint's hint_bias among `candidates` by their scores (choose_hint_bias), write it into its
+    config.json (dflash_config.hint_bias, omitted at 0 as dflash.config_json writes it) and, with the scores and
+    where they were measured (`chosen_on`: the data, its slice or validation split, sequences), into training.json
+    as its `serving` record; rewrite the card. Returns the bias."""
+    bias, metric = choose_hint_bias(candidates, scores)
+    config_path = checkpoint / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dflash_config"].pop("hint_bias", None)
+    if bias:
+        config["dflash_config"]["hint_bias"] = bias
+    config_path.write_text(json.dumps(config, indent=1) + "\n")
+    path = checkpoint / "training.json"
+    card = json.loads(path.read_text())
+    card["architecture"]["hint_bias"] = bias
+    card["serving"] = {"hint_bias": bias, "metric": metric, "k": len(scores[0]["tau_est"]), **chosen_on,
+                       "candidates": [{"hint_bias": c, "tau_est": s["tau_est"][-1],
+                                       "walk_tau": s["walk_tau"][-1] if s["walk_tau"] else None}
+                                      for c, s in zip(candidates, scores, strict=True)],
+                       "date": time.strftime("%Y-%m-%d"), "command": command}
+    path.write_text(json.dumps(card, indent=1))
+    model_card.write_card(checkpoint)
+    return bias
+
+
+def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict,
+               serving: dict | None = None) -> None:
+    """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, serving rule (and where
+    it was chosen), tau_est curve."""
     dev = jax.devices()[0]
     card = {"drafter": kind, "target": args.target or "embedded SmolLM2-135M-Instruct", "architecture": arch,
             "data": {"sources": args.data or [], "export": args.export, "sequences": len(data),
@@ -787,11 +878,56 @@ def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log:
                          "grow_layers": args.grow_layers},
             "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
             "curve": log["log"]}
+    if serving is not None:
+        card["serving"] = serving
     card["date"], card["command"] = time.strftime("%Y-%m-%d"), args.command
     if args.init:
         card["init_card"] = init_lineage(Path(args.init))
     (out / "training.json").write_text(json.dumps(card, indent=1))
     model_card.write_card(out)
+
+
+def config_from_card(card: dict, target: Target) -> dict:
+    """The config.json that a DFlash card's recorded settings (architecture and serving rule) give for `target`:
+    what train_drafter saves, so a test can rebuild a shipped config from its card."""
+    arch = card["architecture"]
+    cfg, _ = dflash.init_dflash(target, arch["layers"], arch["block_size"], tuple(arch["target_layer_ids"]),
+                                intermediate_size=arch["intermediate_size"])
+    head = arch.get("domino")
+    cfg = replace(cfg, lookup_hints=arch.get("lookup_hints", 0), oov_hints=arch.get("oov_hints", False),
+                  hint_bias=float(card.get("serving", {}).get("hint_bias", 0.0)),
+                  domino=None if head is None else domino.Domino(head["prefix_len"], head["emb_dim"],
+                                                                 head["gru_hidden"]))
+    config = dflash.config_json(cfg)
+    if arch["draft_vocab_size"] < target.cfg.vocab_size:
+        config["draft_vocab_size"] = arch["draft_vocab_size"]
+    return {**config, "torch_dtype": "bfloat16"}
+
+
+def choose_serving(target: Target, checkpoint: Path, data: Sequences, args, chosen_on: dict) -> float:
+    """Score every --hint-bias candidate on `data` with an anchor at every response position (so the engine's walk
+    is replayed) and record the best as the checkpoint's serving rule (record_serving)."""
+    full = argparse.Namespace(**{**vars(args), "anchors": max(args.anchors, args.seq_len)})
+    scores = evaluate_checkpoint(target, str(checkpoint), data, full, args.hint_bias)
+    for bias, score in zip(args.hint_bias, scores, strict=True):
+        print(json.dumps({"hint_bias": bias, "tau_est": score["tau_est"][-1], "walk_tau": score["walk_tau"] and
+                          score["walk_tau"][-1]}), flush=True)
+    return record_serving(checkpoint, args.hint_bias, scores, chosen_on, args.command)
+
+
+def validation_record(args, val: Sequences) -> dict:
+    """Where a choice made on the training validation split was made."""
+    return {"chosen_on": "validation", "data": args.data or [], "validation_sequences": len(val),
+            "validation_pool": args.val_pool, "seed": args.seed,
+            "validation_sha256": hashlib.sha256(val.tokens.tobytes()).hexdigest()[:16]}
+
+
+def evaluated_record(args, data: Sequences) -> dict:
+    """Where a choice made on the evaluated datasets was made: their suite slices (dev only, by the leak guard)."""
+    sources = [distill.read_manifest(Path(d))["prompt_source"] for d in args.data or []]
+    slices = sorted({"/".join(x) for x in map(distill.suite_slice, sources) if x})
+    return {"chosen_on": f"dev slice ({', '.join(slices)})" if slices else "evaluated data", "data": args.data or [],
+            "sequences": len(data), "sha256": hashlib.sha256(data.tokens.tobytes()).hexdigest()[:16]}
 
 
 def record_evaluation(checkpoint: Path, data: str, scores: dict, command: str) -> None:
@@ -815,6 +951,18 @@ def init_lineage(checkpoint: Path) -> dict | None:
     card = json.loads(path.read_text())
     return {k: card[k] for k in ("drafter", "date", "command", "data", "training", "hardware", "averaged", "init_card")
             if k in card}
+
+
+def hint_biases(text: str) -> tuple[float, ...]:
+    """'0,0.5,1' -> (0.0, 0.5, 1.0): finite, >= 0, distinct."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(not 0 <= v < math.inf for v in values) or len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"--hint-bias wants distinct finite numbers >= 0 separated by commas, "
+                                         f"got {text!r}")
+    return values
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -864,6 +1012,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--oov-hints", action="store_true",
                     help="DFlash: score a lookup hint outside the draft vocabulary with the target's LM head and "
                          "train on it (dflash_config.oov_hints)")
+    ap.add_argument("--hint-bias", default=None, type=hint_biases, metavar="B[,B...]",
+                    help="DFlash with --lookup-hints: draft a lookup hint whose logit is within B of the argmax (a "
+                         "serving rule, dflash_config.hint_bias; default 0). Several values: each is scored after "
+                         "training on the validation split (with --evaluate: on the evaluated rows; --update-card "
+                         "records it) and the best is written into config.json and the card with where it was chosen")
     ap.add_argument("--max-minutes", type=float, default=math.inf)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
@@ -887,12 +1040,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--grow-layers needs N >= 1 (layers to append), got {args.grow_layers}")
     if args.grow_layers and not (args.init and args.drafter == "dflash"):
         ap.error("--grow-layers deepens a DFlash --init checkpoint: pass --drafter dflash --init DIR")
+    if args.hint_bias is not None and args.drafter != "dflash":
+        ap.error("--hint-bias is a DFlash serving rule (lookup hints): pass --drafter dflash")
     args.command = "python -m experiments.train_drafter " + shlex.join(sys.argv[1:] if argv is None else argv)
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    try:  # the leak guard: train on no suite prompts; evaluate (choose checkpoints, rules) on dev slices only
+        distill.check_suite_data(args.data or [], training=not args.evaluate, what="train_drafter")
+    except SealedSplitError as e:
+        raise SystemExit(f"error: {e}") from None
     target = load_target(args.target, args.dtype, args.tokenizer)
     parts = [load_sequences(args.data, not args.no_stored_features)] if args.data else []
     if args.export:
@@ -907,18 +1066,7 @@ def main(argv: list[str] | None = None) -> None:
     pool = n_data if args.val_pool is None else min(args.val_pool, n_data)
     train_rows, val_rows = split_validation(len(data), args.val, args.seed, pool)
     if args.evaluate:
-        rows = val_rows if args.evaluate_validation else np.arange(len(data))
-        groups = {"all": rows}
-        if args.by_kind:  # export rows (after the --data rows) are their own kind
-            kinds = np.concatenate([distill.row_kinds(*args.data or []), ["export"] * (len(data) - n_data)])
-            groups = {kind: rows[kinds[rows] == kind] for kind in sorted(set(kinds[rows]))}
-        for checkpoint in args.evaluate:
-            for kind, group in groups.items():
-                scores = evaluate_checkpoint(target, checkpoint, data.subset(group), args)
-                print(json.dumps({"checkpoint": checkpoint, "data": args.data, "kind": kind, "sequences": len(group),
-                                  **scores}), flush=True)
-                if args.update_card and not args.evaluate_validation and not args.by_kind:
-                    record_evaluation(Path(checkpoint), ",".join(args.data or []), scores, args.command)
+        evaluate(target, data, n_data, val_rows, args)
         return
     if args.limit_sequences:  # limits the --data sequences; every export row stays
         train_rows = np.concatenate([train_rows[train_rows < n_data][:args.limit_sequences],
@@ -930,7 +1078,36 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.work)
     kinds = ["dflash", "eagle3"] if args.drafter == "both" else [args.drafter]
     for kind in kinds:
-        print("saved", train_drafter(kind, target, train_set, val, args, work), flush=True)
+        out = train_drafter(kind, target, train_set, val, args, work)
+        if kind == "dflash" and args.hint_bias and len(args.hint_bias) > 1:
+            print(f"serving rule: hint_bias {choose_serving(target, out, val, args, validation_record(args, val))} "
+                  "(chosen on validation)", flush=True)
+        print("saved", out, flush=True)
+
+
+def evaluate(target: Target, data: Sequences, n_data: int, val_rows: np.ndarray, args) -> None:
+    """--evaluate: score each checkpoint on the data (or its validation split), per kind with --by-kind, per
+    --hint-bias candidate when given; --update-card records the scores (and the chosen rule) in its card."""
+    rows = val_rows if args.evaluate_validation else np.arange(len(data))
+    groups = {"all": rows}
+    if args.by_kind:  # export rows (after the --data rows) are their own kind
+        kinds = np.concatenate([distill.row_kinds(*args.data or []), ["export"] * (len(data) - n_data)])
+        groups = {kind: rows[kinds[rows] == kind] for kind in sorted(set(kinds[rows]))}
+    for checkpoint in args.evaluate:
+        for kind, group in groups.items():
+            subset = data.subset(group)
+            scores = evaluate_checkpoint(target, checkpoint, subset, args, args.hint_bias)
+            for bias, score in zip(args.hint_bias or (None,), scores, strict=True):
+                print(json.dumps({"checkpoint": checkpoint, "data": args.data, "kind": kind, "sequences": len(group),
+                                  **({"hint_bias": bias} if bias is not None else {}), **score}), flush=True)
+            if not args.update_card or args.by_kind:
+                continue
+            if args.hint_bias:
+                where = validation_record(args, subset) if args.evaluate_validation else evaluated_record(args, subset)
+                bias = record_serving(Path(checkpoint), args.hint_bias, scores, where, args.command)
+                print(f"{checkpoint}: hint_bias {bias} (chosen on {where['chosen_on']})", flush=True)
+            elif not args.evaluate_validation:
+                record_evaluation(Path(checkpoint), ",".join(args.data or []), scores[0], args.command)
 
 
 if __name__ == "__main__":

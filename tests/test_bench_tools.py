@@ -256,3 +256,24 @@ def test_lookup_hint_drafter_trains_evaluates_as_it_trained_and_stays_lossless(t
     want = generate(target, prompt, max_new_tokens=16)
     got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
     assert drafter.cfg.lookup_hints == 3 and got.token_ids == want.token_ids and got.stats["drafted"] > 0
+
+
+@pytest.mark.slow
+def test_several_hint_biases_are_chosen_on_validation_recorded_and_rebuild_the_config(tiny, tiny_data, tmp_path):
+    """--hint-bias A,B scores each rule on the validation split after training, writes the best into config.json and
+    the card's serving record (where it was chosen, every candidate's score), and the card rebuilds the config."""
+    from experiments import train_drafter
+
+    card = train_tiny_dflash(tiny, tiny_data, tmp_path, "hinted", "--lookup-hints", "3", "--hint-bias", "0,100")
+    serving = card["serving"]
+    assert serving["chosen_on"] == "validation" and serving["validation_sequences"] == 2
+    assert [c["hint_bias"] for c in serving["candidates"]] == [0.0, 100.0]
+    best = max(serving["candidates"], key=lambda c: (c[serving["metric"]], -c["hint_bias"]))
+    assert serving["hint_bias"] == best["hint_bias"] == card["architecture"]["hint_bias"]
+    config = json.loads((tmp_path / "hinted-dflash" / "config.json").read_text())
+    assert config["dflash_config"].get("hint_bias", 0.0) == serving["hint_bias"]
+    assert train_drafter.config_from_card(card, load_target(str(tiny))) == config
+    one = train_tiny_dflash(tiny, tiny_data, tmp_path, "given", "--lookup-hints", "3", "--hint-bias", "2.5")
+    assert one["serving"] == {"hint_bias": 2.5, "chosen_on": "given (--hint-bias)"}
+    with pytest.raises(SystemExit):
+        train_tiny_dflash(tiny, tiny_data, tmp_path, "nohints", "--hint-bias", "1")

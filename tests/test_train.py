@@ -35,7 +35,8 @@ def test_training_prompts_are_distinct_and_not_from_the_suites():
 def export_dir(target, tmp_path_factory):
     """A minimal annotation export: two rejection records with their prefixes."""
     out = tmp_path_factory.mktemp("export")
-    rows = [{"id": i, "prefix_ids": target.encode(p).tolist()} for i, p in enumerate(["What is 3 + 4?", "Say hi."])]
+    rows = [{"id": i, "prompt": p, "prefix_ids": target.encode(p).tolist()}
+            for i, p in enumerate(["What is 3 + 4?", "Say hi."])]
     (out / "rejections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out, [len(r["prefix_ids"]) for r in rows]
 
@@ -121,7 +122,7 @@ def test_walk_tau_of_a_checkpoint_equals_the_engines_greedy_tau(target):
     data = train_drafter.Sequences(np.concatenate(seqs), train_drafter.offsets_of([len(s) for s in seqs]),
                                    np.array([len(r.prompt_ids) for r in results]))
     args = train_drafter.parse_args(["--anchors", "512", "--batch", "2"])
-    scores = train_drafter.evaluate_checkpoint(target, drafter.checkpoint, data, args)
+    [scores] = train_drafter.evaluate_checkpoint(target, drafter.checkpoint, data, args)
     engine = np.mean([r.stats["tau"] for r in results])
     assert scores["walk_tau"][k - 1] == pytest.approx(engine, abs=1e-4)
     assert scores["walk_tau"][k - 1] != scores["tau_est"][k - 1]  # uniform anchors weigh positions otherwise
