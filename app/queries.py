@@ -119,6 +119,13 @@ def matching_ar_run(h: History, prompt: str, settings: dict) -> dict | None:
     return rows[0] if rows else None
 
 
+def ar_run(h: History, run_id: str) -> dict | None:
+    """One finished `ar` run by id: {run_id, tok_per_s, token_ids, comparison_group}, or None."""
+    rows = h.query("SELECT run_id, tok_per_s, token_ids, comparison_group FROM runs WHERE run_id = ? "
+                   "AND drafter = 'ar' AND status = 'done' AND tok_per_s > 0", [run_id])
+    return rows[0] if rows else None
+
+
 def matching_ar_runs(h: History, prompt: str, settings: dict, limit: int = 50) -> list[dict]:
     """Every such `ar` run (see matching_ar_run), newest first: the spread of the baseline on this machine."""
     same = " AND ".join(f"{key} = ?" for key in AR_MATCH_KEYS)

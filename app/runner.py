@@ -168,6 +168,8 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     meta = {"prompt": prompt, **wb.example_meta(prompt), **meta}
     if reference is not None:
         meta.setdefault("comparison_group", reference.comparison_group)
+        if label != "ar":  # the speedup is pinned to this ar run, for good (stored_speedup)
+            meta.setdefault("baseline_run_id", reference.run_id)
     steps: list[dict] = []
     t_start = time.perf_counter()
     t_decode = t_start
@@ -258,31 +260,47 @@ def relay(lives: Generator[Live, None, R], show: Callable[[Live], T]) -> Generat
 
 
 def speedup(live: Live, reference: Reference | None) -> tuple[float | None, str]:
-    """This run's tokens/s over its `ar` reference's, and the note saying what the reference is."""
+    """This run's tokens/s over its `ar` reference's, and the note saying what the reference is; with two or more
+    stored ar runs, the range against the fastest and slowest of them, and whether 1.0x lies inside it (then the
+    run is not faster than ar beyond the baseline's own noise)."""
     if live.label == "ar":
         return 1.0, "this is the ar baseline"
     if reference is None or not reference.tok_per_s:
         return None, "no ar run on this prompt and settings"
     tok_per_s = live.stats.get("tok_per_s", 0.0)
     note = reference.note
-    if len(reference.rates) >= 2:  # the baseline's own spread on this machine
-        lo, hi = tok_per_s / max(reference.rates), tok_per_s / min(reference.rates)
+    lo, hi = spread(tok_per_s, reference.rates)
+    if lo is not None:
         note += (f"; {lo:.2f}-{hi:.2f}x against all {len(reference.rates)} stored ar runs"
                  + (": within noise" if lo <= 1.0 <= hi else ""))
     return tok_per_s / reference.tok_per_s, note
 
 
+def spread(tok_per_s: float, ar_rates: list[float]) -> tuple[float | None, float | None]:
+    """The speedup against the fastest and the slowest of >= 2 ar runs (None, None with fewer)."""
+    if len(ar_rates) < 2 or not tok_per_s:
+        return None, None
+    return tok_per_s / max(ar_rates), tok_per_s / min(ar_rates)
+
+
 def stored_speedup(wb: Workbench, run: dict) -> tuple[float | None, str]:
-    """A stored run's speedup over the stored `ar` runs on its prompt and settings (History replay and compare)."""
+    """A stored run's speedup over the `ar` run it was measured against (its baseline_run_id, stored with it), with
+    the spread of the stored ar runs on its prompt and settings beside it; a run stored without one (older
+    histories, runs with no reference) against the newest such ar run, and says so."""
     settings = run.get("settings") or {}
     if settings.get("drafter") == "ar" or run.get("status") != "done" or not run.get("prompt"):
         return (1.0, "this is the ar baseline") if settings.get("drafter") == "ar" else (None, "")
     rows = queries.matching_ar_runs(wb.history, run["prompt"], settings)
-    if not rows:
+    pinned = run.get("baseline_run_id") and queries.ar_run(wb.history, run["baseline_run_id"])
+    if pinned:
+        note = f"ar run …{pinned['run_id'][-8:]} it was measured against: {pinned['tok_per_s']:.1f} tok/s"
+    elif rows:
+        pinned = rows[0]
+        note = (f"no baseline stored with it; the newest ar run …{pinned['run_id'][-8:]}: "
+                f"{pinned['tok_per_s']:.1f} tok/s")
+    else:
         return None, "no stored ar run on this prompt and settings"
-    reference = Reference(rows[0]["run_id"], rows[0]["tok_per_s"], rows[0]["token_ids"], rows[0]["comparison_group"],
-                          f"stored ar run …{rows[0]['run_id'][-8:]}: {rows[0]['tok_per_s']:.1f} tok/s",
-                          [r["tok_per_s"] for r in rows])
+    reference = Reference(pinned["run_id"], pinned["tok_per_s"], pinned["token_ids"], pinned["comparison_group"],
+                          note, [r["tok_per_s"] for r in rows])
     live = Live(settings.get("drafter") or "", run.get("steps") or [], run.get("stats") or {}, "done")
     return speedup(live, reference)
-

@@ -31,7 +31,8 @@ SETTINGS_KEYS = ("target", "target_path", "dtype", "drafter", "drafter_checkpoin
                  "seed", "max_new_tokens", "backend", "device_kind", "versions", "batch", "mesh")
 STATS_KEYS = ("wall_s", "prefill_ms", "decode_s", "draft_ms", "verify_ms", "tau", "acceptance_rate", "tok_per_s",
               "n_steps", "n_generated", "n_prompt", "drafted", "accepted", "compiles", "stop_reason")
-META_KEYS = ("prompt", "suite", "prompt_id", "category", "source", "lossless", "comparison_group", "status")
+META_KEYS = ("prompt", "suite", "prompt_id", "category", "split", "source", "lossless", "comparison_group", "status",
+             "baseline_run_id")
 # StepTrace field -> steps column; fields with a default may be missing from a step dict.
 STEP_FIELDS = ("index", "position", "drafted", "accepted", "bonus", "p", "q", "top5_ids", "top5_p", "emitted",
                "draft_ms", "verify_ms", "drafted_text", "bonus_text", "top5_text", "state_rollback")
@@ -211,8 +212,9 @@ class History:
     def write_run(self, result: dict, **meta: Any) -> str:
         """Store a GenerationResult.to_dict() with all its steps in one transaction; return the run_id.
 
-        meta: prompt, suite, prompt_id, category, source, lossless, comparison_group, status ('done' |
-        'cancelled', default 'done'), optionally run_id and created_at; other keys are kept in `extra`.
+        meta: prompt, suite, prompt_id, category, split, source, lossless, comparison_group, status ('done' |
+        'cancelled', default 'done'), baseline_run_id (the ar run its speedup is measured against), optionally run_id
+        and created_at; other keys are kept in `extra`.
         """
         settings = dict(result.get("settings") or {})
         stats = dict(result.get("stats") or {})

@@ -182,31 +182,36 @@ CREATE TABLE doctor_checks (
 -- migration 6: how many verified block positions each step's recurrent state rolled back (hybrid targets)
 ALTER TABLE steps ADD COLUMN state_rollback INTEGER DEFAULT 0;  -- StepTrace.state_rollback; 0 without recurrent layers
 
+-- migration 7: the suite slice of a run's prompt, and the ar run its speedup was measured against
+ALTER TABLE runs ADD COLUMN split VARCHAR;            -- 'dev' | 'test' of a named suite (experiments.suites); NULL: none
+ALTER TABLE runs ADD COLUMN baseline_run_id VARCHAR;  -- the ar run of the same prompt and settings its speedup used
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS
-SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.prompt_id, r.category,
+SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.split, r.prompt_id, r.category,
        r.target, r.dtype, r.drafter, r.k, r.temperature, r.top_p, r.seed, r.backend, r.device_kind, r.batch, r.mesh,
        r.n_steps, r.n_generated, r.drafted, r.accepted, r.tau, r.acceptance_rate, r.tok_per_s,
-       r.wall_s, r.prefill_ms, r.decode_s, r.stop_reason, r.lossless, r.comparison_group,
+       r.wall_s, r.prefill_ms, r.decode_s, r.stop_reason, r.lossless, r.comparison_group, r.baseline_run_id,
        left(r.prompt, 80) AS prompt_preview,
        coalesce(a.n_annotations, 0) AS n_annotations
 FROM runs r
 LEFT JOIN (SELECT run_id, count(*) AS n_annotations FROM annotations GROUP BY run_id) a USING (run_id);
 
--- Per draft position i (1-based within the block): how far blocks survive (finished runs only, as every view);
--- one row set per drafter checkpoint (two checkpoints of one drafter kind are kept apart, as in every view).
--- n_steps: steps that drafted >= i tokens; n_reached: of those, steps with accepted >= i-1 (token i was
--- reached); n_accepted: steps with accepted >= i. survival = n_accepted / n_steps;
--- conditional_acceptance = n_accepted / n_reached = P(accept i | accepted i-1).
+-- Per draft position i (1-based within the block, up to the run's K): how far blocks survive (finished runs only,
+-- as every view); one row set per drafter checkpoint (two checkpoints of one drafter kind are kept apart, as in every
+-- view). Every step counts at every position, also a step that drafted fewer than i tokens (an n-gram miss drafts
+-- none): it did not survive to i. n_steps: all steps; n_reached: steps with accepted >= i-1; n_accepted: steps with
+-- accepted >= i. survival = n_accepted / n_steps never rises with i, and 1 + sum of survival is the steps' mean
+-- tokens per step; conditional_acceptance = n_accepted / n_reached = P(accept i | accepted i-1).
 CREATE OR REPLACE VIEW position_acceptance AS
 WITH per_pos AS (
-    SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted,
-           unnest(range(1, len(s.drafted) + 1)) AS i
+    SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.split, r.k, r.temperature, s.accepted,
+           unnest(range(1, greatest(r.k, len(s.drafted)) + 1)) AS i
     FROM steps s JOIN runs r USING (run_id)
     WHERE r.status = 'done'
 )
-SELECT target, drafter, drafter_checkpoint, suite, k, temperature, i,
+SELECT target, drafter, drafter_checkpoint, suite, split, k, temperature, i,
        count(*) AS n_steps,
        count(*) FILTER (WHERE accepted >= i - 1) AS n_reached,
        count(*) FILTER (WHERE accepted >= i) AS n_accepted,
@@ -214,13 +219,13 @@ SELECT target, drafter, drafter_checkpoint, suite, k, temperature, i,
        count(*) FILTER (WHERE accepted >= i) / nullif(count(*) FILTER (WHERE accepted >= i - 1), 0)
            AS conditional_acceptance
 FROM per_pos
-GROUP BY target, drafter, drafter_checkpoint, suite, k, temperature, i;
+GROUP BY target, drafter, drafter_checkpoint, suite, split, k, temperature, i;
 
--- Finished runs ('done') compared per target, suite, drafter (and checkpoint), k, temperature and batch size.
+-- Finished runs ('done') compared per target, suite (and slice), drafter (and checkpoint), k, temperature and batch size.
 -- tau: mean over runs; tok_per_s: mean over the runs timed without XLA compilation (in a batch, one sequence's
 -- rate); acceptance_rate: pooled sum(accepted) / sum(drafted).
 CREATE OR REPLACE VIEW drafter_comparison AS
-SELECT target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch,
+SELECT target, dtype, suite, split, drafter, drafter_checkpoint, k, temperature, batch,
        count(*) AS n_runs,
        avg(tau) AS tau,
        stddev_samp(tau) AS tau_std,
@@ -229,7 +234,7 @@ SELECT target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch,
        sum(n_generated) AS n_generated
 FROM runs
 WHERE status = 'done'
-GROUP BY target, dtype, suite, drafter, drafter_checkpoint, k, temperature, batch;
+GROUP BY target, dtype, suite, split, drafter, drafter_checkpoint, k, temperature, batch;
 
 -- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
 CREATE OR REPLACE VIEW acceptance_lengths AS

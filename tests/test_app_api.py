@@ -151,6 +151,7 @@ def test_speedup_is_against_warm_ar_on_the_same_prompt_and_settings(client, hist
             {"max_new_tokens": 20, "temperature": 0.0, "top_p": 1.0, "seed": 0, "batch": 1}
     assert run["stats"]["warmup_compiles"] > 0 and "XLA compiles before timing" in stats  # K=5 was new here
     assert run["comparison_group"] == ar["comparison_group"] is not None and run["lossless"] is True
+    assert run["baseline_run_id"] == ar["run_id"]  # the speedup stays pinned to the ar run it was measured against
     # Again at another K: the stored ar run is the reference; a different length needs its own ar run.
     stats = client.predict(prompt, "ngram", 4, 0.0, 20, False, api_name="/generate")[1]
     assert f"stored ar run …{ar['run_id'][-8:]}, same prompt and settings" in stats

@@ -157,7 +157,7 @@ def test_a_v4_history_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
                 "'dflash')")
     con.close()
     h = open_history(path)
-    assert SCHEMA_VERSION == 6 and [r["run_id"] for r in h.list_runs()] == ["r1"]
+    assert SCHEMA_VERSION == 7 and [r["run_id"] for r in h.list_runs()] == ["r1"]
     assert h.list_doctor_reports() == []
     check_round_trip(synthetic_report(), path)
 

@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "6"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "7"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "6"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "7"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
@@ -384,16 +384,19 @@ def test_views_match_hand_computed_values(history: History) -> None:
     rows = history.query("SELECT i, n_steps, n_reached, n_accepted, survival, conditional_acceptance "
                          "FROM position_acceptance WHERE drafter = 'ngram' ORDER BY i")
     # accepted (drafted) in the finished runs: 0(3) 1(3) 3(3) 2(3) 3(3) 2(2)
+    # every step counts at every position up to K (the short block did not survive to 3):
     # i=1: 6 steps, reached 6, accepted>=1: 5;  i=2: 6 steps, reached (a>=1) 5, a>=2: 4;
-    # i=3: 5 steps (one block had 2), reached (a>=2) 3, a>=3: 2
-    expected = [(1, 6, 6, 5), (2, 6, 5, 4), (3, 5, 3, 2)]
+    # i=3: 6 steps, reached (a>=2) 4, a>=3: 2
+    expected = [(1, 6, 6, 5), (2, 6, 5, 4), (3, 6, 4, 2)]
     assert [(r["i"], r["n_steps"], r["n_reached"], r["n_accepted"]) for r in rows] == expected
     for r, (_, n, reached, acc) in zip(rows, expected, strict=True):
         assert r["survival"] == pytest.approx(acc / n)
         assert r["conditional_acceptance"] == pytest.approx(acc / reached)
 
+    assert 1 + sum(r["survival"] for r in rows) == pytest.approx(1 + (0 + 1 + 3 + 2 + 3 + 2) / 6)  # tokens per step
     hist = history.query("SELECT accepted, n_steps FROM acceptance_lengths WHERE drafter = 'ngram' ORDER BY accepted")
     assert [(r["accepted"], r["n_steps"]) for r in hist] == [(0, 1), (1, 1), (2, 2), (3, 2)]
+    assert sum(r["n_steps"] for r in hist) == rows[0]["n_steps"]  # the histogram counts the steps survival counts
 
     history.write_run(make_result([3, 3], batch=4, mesh="2x4"), suite="s")  # a batch of 4: compared apart
     comp = {(r["drafter"], r["batch"]): r for r in history.query("SELECT * FROM drafter_comparison WHERE suite = 's'")}
@@ -497,3 +500,42 @@ def test_export_annotations(history: History, tmp_path: Path) -> None:
     assert sorted(rej) == sorted([first, ar_id])
     assert rej[ar_id]["prefix_ids"] == PROMPT_IDS and rej[ar_id]["position"] == len(PROMPT_IDS)
     assert con.execute("SELECT count(*) FROM read_parquet(?)", [str(only_number["parquet"])]).fetchone()[0] == 2
+
+
+def test_survival_never_rises_with_position_when_blocks_have_different_lengths(history: History) -> None:
+    """An n-gram drafter drafts short (or no) blocks on misses and long ones on matches: counting only the steps that
+    drafted >= i tokens made survival rise with i; every step counts at every position, so it never rises."""
+    history.write_run(make_result([0, 0, 0, 6, 0], k=6, drafted_len=[1, 1, 1, 6, 0]), suite="s")
+    rows = history.query("SELECT i, n_steps, survival FROM position_acceptance WHERE drafter = 'ngram' ORDER BY i")
+    assert [r["i"] for r in rows] == [1, 2, 3, 4, 5, 6] and {r["n_steps"] for r in rows} == {5}
+    survival = [r["survival"] for r in rows]
+    assert all(b <= a for a, b in zip(survival, survival[1:], strict=False)) and survival[-1] == pytest.approx(0.2)
+    hist = history.query("SELECT sum(n_steps) AS n FROM acceptance_lengths WHERE drafter = 'ngram'")
+    assert hist == [{"n": 5}]
+
+
+def test_a_stored_runs_speedup_stays_pinned_to_the_ar_run_it_was_measured_against(history: History) -> None:
+    """History replays a run against its own baseline_run_id, however many ar runs are stored after it; the spread
+    of those runs is shown beside it, and a run stored without a baseline says what it is compared with."""
+    from types import SimpleNamespace
+
+    from app.runner import stored_speedup
+
+    def ar(rate):
+        result = make_result([0, 0], drafter="ar", max_new_tokens=16)
+        result["stats"]["tok_per_s"] = rate
+        return history.write_run(result, prompt="p", suite="s")
+
+    first = ar(20.0)
+    drafted = make_result([3, 3], max_new_tokens=16)
+    drafted["stats"]["tok_per_s"] = 30.0
+    pinned = history.write_run(drafted, prompt="p", baseline_run_id=first)
+    unpinned = history.write_run(drafted, prompt="p")
+    wb = SimpleNamespace(history=history)
+    assert stored_speedup(wb, history.get_run(pinned))[0] == pytest.approx(1.5)
+    ar(25.0)  # a newer, faster ar run
+    value, note = stored_speedup(wb, history.get_run(pinned))
+    assert value == pytest.approx(1.5) and f"ar run …{first[-8:]} it was measured against" in note
+    assert "1.20-1.50x against all 2 stored ar runs" in note
+    value, note = stored_speedup(wb, history.get_run(unpinned))
+    assert value == pytest.approx(1.2) and note.startswith("no baseline stored with it; the newest ar run")
