@@ -6,9 +6,10 @@
     python -m experiments.ablate --out out/curve --arms data-2.5k,data-5k --arm "data-2.5k=--limit-sequences 2500" \
         --arm "data-5k=--limit-sequences 5000" -- ...                  # arms of one's own: a data-size curve
 
-Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS, --arm); a finished arm (its
-checkpoint card exists) is skipped and an interrupted one resumes from its work directory, so the command can be run
-again after a stop. Then one row per finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best
+Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS, --arm; an arm may name another
+--drafter, so EAGLE-3 and DFlash arms share one table); a finished arm (its checkpoint card exists) is skipped and
+an interrupted one resumes from its work directory, so the command can be run again after a stop. Then one row per
+finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best
 validation tau_est, its delta against the first arm, steps, wall time, trained label positions per second, and
 tau_est at the first arm's wall time (from each curve, for arms whose steps cost more or less). `--attach
 CHECKPOINT` also records the table in that drafter's training.json and card.
@@ -105,16 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown arm(s) {', '.join(unknown)}; known: {', '.join(flags)}", file=sys.stderr)
         return 2
-    kind = train_drafter.parse_args(shared).drafter
-    if kind == "both":
-        print("error: one drafter kind per ablation (--drafter dflash or eagle3)", file=sys.stderr)
+    kinds = {arm: train_drafter.parse_args([*shared, *flags[arm]]).drafter for arm in arms}
+    if "both" in kinds.values():
+        print("error: one drafter kind per arm (--drafter dflash or eagle3)", file=sys.stderr)
         return 2
     out = Path(a.out)
     for arm in arms:
-        if not a.table_only and not card_path(out, arm, kind).is_file():
+        if not a.table_only and not card_path(out, arm, kinds[arm]).is_file():
             run_arm(out, arm, flags[arm], shared)
-    cards = {arm: json.loads(card_path(out, arm, kind).read_text()) for arm in arms
-             if card_path(out, arm, kind).is_file()}
+    cards = {arm: json.loads(card_path(out, arm, kinds[arm]).read_text()) for arm in arms
+             if card_path(out, arm, kinds[arm]).is_file()}
     if not cards:
         print("error: no finished arm to tabulate", file=sys.stderr)
         return 2

@@ -51,3 +51,12 @@ def test_results_document_is_generated_and_names_a_command_for_every_table():
     for command, rows in tables:
         assert command and command.startswith("python -m "), f"a table without its command: {rows[:1]}"
         assert rows, f"an empty table under {command}"
+
+
+def test_training_doc_is_a_reference_and_the_readme_shows_only_the_generated_table():
+    assert len((REPO / "docs" / "training.md").read_text().splitlines()) <= 250
+    readme = (REPO / "README.md").read_text()
+    today = readme.split("## On this CPU today")[1].split("\n## ")[0]
+    assert today.count(report.TABLE_BEGIN) == 1 and today.count(report.TABLE_END) == 1
+    outside = today.replace(today[today.index(report.TABLE_BEGIN):today.index(report.TABLE_END)], "")
+    assert "|" not in outside, "README's current numbers are the generated comparison table, no hand-kept rows"
