@@ -312,15 +312,16 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
     ckpt = tmp_path / "drafter"
     ckpt.mkdir()
     (ckpt / "training.json").write_text(json.dumps({"drafter": "dflash"}))
-    row = {"suite": "gsm8k", "k": 4, "n": 20, "tau": 2.5, "speedup": 1.6, "lossless": True, "batch": 1,
-           "checkpoint": str(ckpt)}
+    row = {"suite": "gsm8k", "split": "test", "k": 4, "n": 20, "tau": 2.5, "speedup": 1.6, "lossless": True,
+           "batch": 1, "checkpoint": str(ckpt)}
     update_cards([row, {**row, "checkpoint": None}, {**row, "batch": 4}], 128)
-    update_cards([{**row, "tau": 2.7}, {**row, "k": 6, "tau": 2.9}], 128)
+    update_cards([{**row, "tau": 2.7}, {**row, "k": 6, "tau": 2.9}, {**row, "split": "dev", "tau": 3.1}], 128)
     card = json.loads((ckpt / "training.json").read_text())
     assert card["drafter"] == "dflash"
-    assert sorted((m["k"], m["tau"]) for m in card["measured"]) == [(4, 2.7), (6, 2.9)]  # the rerun replaced K=4
+    assert sorted((m["k"], m["split"], m["tau"]) for m in card["measured"]) == [
+        (4, "dev", 3.1), (4, "test", 2.7), (6, "test", 2.9)]  # the rerun replaced K=4 on test; slices kept apart
     readme = (ckpt / "README.md").read_text()  # the card is rewritten from training.json
-    assert "| gsm8k | 6 | 20 | 2.90 | 1.60x | True |" in readme and "architecture not recorded" in readme
+    assert "| gsm8k | test | 6 | 20 | 2.90 | 1.60x | True |" in readme and "architecture not recorded" in readme
 
 
 def test_curves_from_model_cards(tmp_path):

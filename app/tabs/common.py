@@ -73,9 +73,20 @@ def unavailable_md(wb: Workbench) -> str:
     return "Drafters not offered:\n" + "\n".join(lines)
 
 
+def default_note(wb: Workbench) -> str:
+    """Why the preselected drafter and its K are the defaults: which measured figure, and where it came from (runs
+    paired with ar in this history, or a model card's figure measured elsewhere on this device kind)."""
+    measured, best = wb.measured_speedups(), best_drafter(wb)
+    if best not in measured:
+        return f"preselected: {best} (no speedup over ar measured on this device kind yet)"
+    speedup, k = measured[best]
+    return f"preselected: {best}, {speedup:.2f}x over ar at K={k}, from {wb.speedup_source[best]}"
+
+
 def drafter_dropdown(wb: Workbench, **kw) -> gr.Dropdown:
-    """A dropdown of the loaded drafters, the best one preselected."""
-    return gr.Dropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter", **kw)
+    """A dropdown of the loaded drafters, the best one preselected, saying where that choice came from."""
+    return gr.Dropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter",
+                       **{"info": default_note(wb)} | kw)
 
 
 def example_table(wb: Workbench, prompt: gr.Textbox) -> gr.Examples:
