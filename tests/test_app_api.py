@@ -103,7 +103,8 @@ def test_compare_stores_one_group(client, history):
     ngram, ar = sorted(runs, key=lambda r: r["drafter"] == "ar")  # replay shows each run's speedup over ar
     assert "this is the ar baseline" in html and f"{ngram['tok_per_s'] / ar['tok_per_s']:.2f}×" in html
     replay = client.predict(ngram["run_id"], api_name="/open_run")
-    assert f"{ngram['tok_per_s'] / ar['tok_per_s']:.2f}×" in replay and "stored ar run" in replay
+    assert f"{ngram['tok_per_s'] / ar['tok_per_s']:.2f}×" in replay
+    assert f"ar run …{ar['run_id'][-8:]} it was measured against" in replay  # pinned to its comparison's ar run
     assert "pick 2 to 4 runs" in client.predict([runs[0]["run_id"]], api_name="/compare_runs")
     assert "pick 2 to 4" in client.predict("hi", ["ngram"], 3, 0.0, 8, api_name="/compare")[0]
 
