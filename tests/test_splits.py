@@ -102,11 +102,3 @@ def test_export_rows_of_suite_prompts_are_dropped_before_training(tmp_path, caps
         train_drafter.trainable_rejections(rows[1:], tmp_path)
     with pytest.raises(SystemExit, match="predates the prompt field"):
         train_drafter.trainable_rejections([{"id": 1, "prefix_ids": [1]}], tmp_path)
-
-
-def test_the_doctor_reads_dev_slices_only():
-    from experiments.doctor import load_prompts
-
-    dev = {r["prompt"] for s in SUITES for r in load_suite(s, split="dev")}
-    assert set(load_prompts(None, 12)) <= dev and len(load_prompts(None, 12)) == 12
-    assert set(load_prompts("humaneval", 100)) == {r["prompt"] for r in load_suite("humaneval", split="dev")}
