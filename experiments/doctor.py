@@ -496,18 +496,17 @@ def identity(target: Target, drafter, source) -> dict:
 
 
 def load_prompts(spec: str | None, limit: int) -> list[str]:
-    """Prompts: a suite name (its dev slice: the doctor's verdicts steer configuration, so it never reads a sealed
-    test slice), a JSONL suite file, a text file (one prompt a line), or (None) the first of each of the dev slices
+    """Prompts: a suite name, a JSONL suite file, a text file (one prompt a line), or (None) the first of each
     of GSM8K, HumanEval and MT-Bench in turn; the first `limit`."""
     if limit < 1:
         raise DoctorError(f"--limit must be a positive integer, got {limit}")
     if spec is None:
         per = -(-limit // len(DEFAULT_SUITES))
-        columns = [[r["prompt"] for r in suites.load_suite(name, limit=per, split="dev")] for name in DEFAULT_SUITES]
+        columns = [[r["prompt"] for r in suites.load_suite(name, limit=per)] for name in DEFAULT_SUITES]
         return [p for group in zip(*columns, strict=False) for p in group][:limit]
     path = Path(spec).expanduser()
     if spec in suites.SUITES or path.suffix in (".jsonl", ".gz"):
-        return [r["prompt"] for r in suites.load_suite(spec, limit=limit, split="dev")]
+        return [r["prompt"] for r in suites.load_suite(spec, limit=limit)]
     if not path.is_file():
         raise DoctorError(f"--prompts {spec!r} is neither a suite ({', '.join(suites.SUITES)}) nor a file")
     prompts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
