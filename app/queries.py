@@ -45,14 +45,14 @@ def length_rows(h: History, target: str | None, drafters: list[str] | None, suit
 
 def calibration_rows(h: History, target: str | None, drafters: list[str] | None, suite: str | None,
                      bins: int = 10) -> list[dict]:
-    """Drafted tokens the verifier reached in finished runs, binned by q per drafter checkpoint: {drafter,
-    drafter_checkpoint, bin, q_mean, acceptance, n}."""
+    """Drafted tokens the verifier reached in finished runs (a repeat counted once), binned by q per drafter
+    checkpoint: {drafter, drafter_checkpoint, bin, q_mean, acceptance, n}."""
     where, params = where_clause(target, drafters, suite, prefix="r.")
-    where = f"{where} AND r.status = 'done'" if where else "WHERE r.status = 'done'"
+    where = f"{where} AND NOT r.is_repeat" if where else "WHERE NOT r.is_repeat"
     return h.query(f"""
         WITH tokens AS (
             SELECT r.drafter, r.drafter_checkpoint, s.accepted, unnest(range(len(s.q))) AS j, s.q
-            FROM steps s JOIN runs r USING (run_id) {where})
+            FROM steps s JOIN finished_runs r USING (run_id) {where})
         SELECT drafter, drafter_checkpoint, least(floor(q[j + 1] * {bins}), {bins - 1})::INTEGER AS bin,
                avg(q[j + 1]) AS q_mean, avg(CASE WHEN j < accepted THEN 1.0 ELSE 0.0 END) AS acceptance, count(*) AS n
         FROM tokens WHERE j <= accepted GROUP BY drafter, drafter_checkpoint, bin

@@ -198,8 +198,21 @@ SELECT r.run_id, r.created_at, r.status, r.source, r.suite, r.split, r.prompt_id
 FROM runs r
 LEFT JOIN (SELECT run_id, count(*) AS n_annotations FROM annotations GROUP BY run_id) a USING (run_id);
 
--- Per draft position i (1-based within the block, up to the run's K): how far blocks survive (finished runs only,
--- as every view); one row set per drafter checkpoint (two checkpoints of one drafter kind are kept apart, as in every
+-- Finished runs ('done'), each with is_repeat: true for every older copy of a run that repeats a newer one exactly
+-- (same target, drafter checkpoint, K, sampling settings and seed, suite, batch, chat template, prompt and output
+-- tokens). A deterministic run repeated gives the same steps again: the acceptance views count it once (its steps
+-- are one sample, not several); timings count every copy (each is a timing sample of its own).
+CREATE OR REPLACE VIEW finished_runs AS
+SELECT *, row_number() OVER (
+           PARTITION BY target, dtype, drafter, drafter_checkpoint, k, temperature, top_p, seed, suite, split, batch,
+                        max_new_tokens, coalesce(json_extract_string(extra, '$.settings.template'), ''),
+                        coalesce(json_extract(extra, '$.settings.raw')::BOOLEAN, false), prompt, token_ids
+           ORDER BY created_at DESC, run_id DESC) > 1 AS is_repeat
+FROM runs
+WHERE status = 'done';
+
+-- Per draft position i (1-based within the block, up to the run's K): how far blocks survive (finished runs, each
+-- repeat counted once); one row set per drafter checkpoint (two checkpoints of one drafter kind are kept apart, as in every
 -- view). Every step counts at every position, also a step that drafted fewer than i tokens (an n-gram miss drafts
 -- none): it did not survive to i. n_steps: all steps; n_reached: steps with accepted >= i-1; n_accepted: steps with
 -- accepted >= i. survival = n_accepted / n_steps never rises with i, and 1 + sum of survival is the steps' mean
@@ -208,8 +221,8 @@ CREATE OR REPLACE VIEW position_acceptance AS
 WITH per_pos AS (
     SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.split, r.k, r.temperature, s.accepted,
            unnest(range(1, greatest(r.k, len(s.drafted)) + 1)) AS i
-    FROM steps s JOIN runs r USING (run_id)
-    WHERE r.status = 'done'
+    FROM steps s JOIN finished_runs r USING (run_id)
+    WHERE NOT r.is_repeat
 )
 SELECT target, drafter, drafter_checkpoint, suite, split, k, temperature, i,
        count(*) AS n_steps,
@@ -222,25 +235,27 @@ FROM per_pos
 GROUP BY target, drafter, drafter_checkpoint, suite, split, k, temperature, i;
 
 -- Finished runs ('done') compared per target, suite (and slice), drafter (and checkpoint), k, temperature and batch size.
--- tau: mean over runs; tok_per_s: mean over the runs timed without XLA compilation (in a batch, one sequence's
--- rate); acceptance_rate: pooled sum(accepted) / sum(drafted).
+-- n_runs, tau, tau_std, acceptance_rate and n_generated: over distinct runs (a repeat counted once, finished_runs);
+-- tau: mean over them; acceptance_rate: pooled sum(accepted) / sum(drafted); tok_per_s: mean over every run timed
+-- without XLA compilation, repeats included (in a batch, one sequence's rate), n_timed of them.
 CREATE OR REPLACE VIEW drafter_comparison AS
 SELECT target, dtype, suite, split, drafter, drafter_checkpoint, k, temperature, batch,
-       count(*) AS n_runs,
-       avg(tau) AS tau,
-       stddev_samp(tau) AS tau_std,
-       sum(accepted) / nullif(sum(drafted), 0) AS acceptance_rate,
+       count(*) FILTER (WHERE NOT is_repeat) AS n_runs,
+       avg(tau) FILTER (WHERE NOT is_repeat) AS tau,
+       stddev_samp(tau) FILTER (WHERE NOT is_repeat) AS tau_std,
+       sum(accepted) FILTER (WHERE NOT is_repeat) / nullif(sum(drafted) FILTER (WHERE NOT is_repeat), 0)
+           AS acceptance_rate,
        avg(tok_per_s) FILTER (WHERE coalesce(compiles, 0) = 0) AS tok_per_s,
-       sum(n_generated) AS n_generated
-FROM runs
-WHERE status = 'done'
+       count(*) FILTER (WHERE coalesce(compiles, 0) = 0) AS n_timed,
+       sum(n_generated) FILTER (WHERE NOT is_repeat) AS n_generated
+FROM finished_runs
 GROUP BY target, dtype, suite, split, drafter, drafter_checkpoint, k, temperature, batch;
 
--- Histogram of accepted lengths per step (accepted = 0..len(drafted)).
+-- Histogram of accepted lengths per step (accepted = 0..len(drafted)), each repeat counted once.
 CREATE OR REPLACE VIEW acceptance_lengths AS
 SELECT r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted, count(*) AS n_steps
-FROM steps s JOIN runs r USING (run_id)
-WHERE r.status = 'done'
+FROM steps s JOIN finished_runs r USING (run_id)
+WHERE NOT r.is_repeat
 GROUP BY r.target, r.drafter, r.drafter_checkpoint, r.suite, r.k, r.temperature, s.accepted;
 
 -- Speedup over ar measured like for like: each finished drafter run paired with the ar run of the same

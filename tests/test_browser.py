@@ -222,14 +222,16 @@ def choose(page, dropdown: str, option: str) -> None:
     page.wait_for_function("([d, o]) => document.querySelector(d + ' input')?.value === o", arg=[dropdown, option])
 
 
+KS_ARE = "([v]) => document.querySelector('#kf-ks textarea, #kf-ks input')?.value === v"
+
+
 def test_kflat_defaults_fit_the_timed_drafter_and_a_refused_k_runs_nothing(page):
     open_tab(page, "K-Flat")
-    ks = "([v]) => document.querySelector('#kf-ks textarea, #kf-ks input')?.value === v"
     # through verify-only first: the walk may have left dflash chosen (its default) and a K list typed
     choose(page, "#kf-drafter", "(none: verify only)")
-    page.wait_for_function(ks, arg=["1,2,4,8,16,32,64"])
+    page.wait_for_function(KS_ARE, arg=["1,2,4,8,16,32,64"])
     choose(page, "#kf-drafter", "dflash")
-    page.wait_for_function(ks, arg=["1,2,4,7"])
+    page.wait_for_function(KS_ARE, arg=["1,2,4,7"])
     page.fill("#kf-ks textarea, #kf-ks input", "1,2,4,8")
     click_and_wait(page, "#kf-run", "#kf-status", "K for dflash must be a whole number in 1..7")
     assert "compiling" not in page.inner_text("body")
@@ -237,15 +239,21 @@ def test_kflat_defaults_fit_the_timed_drafter_and_a_refused_k_runs_nothing(page)
 
 def test_two_sweeps_a_moment_apart_are_both_listed_and_drawn(page):
     open_tab(page, "K-Flat")
-    choose(page, "#kf-drafter", "(none: verify only)")
+    choose(page, "#kf-drafter", "(none: verify only)")  # its K list lands after the choice: typed only then
+    page.wait_for_function(KS_ARE, arg=["1,2,4,8,16,32,64"])
     page.fill("#kf-ks textarea, #kf-ks input", "1,2")
     page.fill("#kf-rep input", "1")
     ids = []
     for _ in range(2):
-        page.click("#kf-run")  # done when the status names a sweep not seen before
-        page.wait_for_function("ids => { const m = (document.querySelector('#kf-status')?.innerText || '')"
-                               ".match(/sweep (\\S+) on .* stored/); return m && !ids.includes(m[1]); }", arg=ids)
-        ids.append(page.inner_text("#kf-status").split("sweep ")[1].split(" ")[0])
+        old = page.evaluate(OWN_TEXT, ["#kf-status", False])
+        page.click("#kf-run")  # done when the status names a sweep not seen before, or an error
+        page.wait_for_function("([ids, o]) => { const t = document.querySelector('#kf-status')?.innerText || '';"
+                               " const m = t.match(/sweep (\\S+) on .* stored/);"
+                               " return (m && !ids.includes(m[1])) || (t.includes('error') && t !== o); }",
+                               arg=[ids, old])
+        status = page.inner_text("#kf-status")
+        assert "error" not in status, status
+        ids.append(status.split("sweep ")[1].split(" ")[0])
     # both selected, each label ending in its own id's tail: told apart in the list and the legend
     listed = "ids => ids.every(i => document.querySelector('#kf-sweeps').innerText.includes(i.slice(-4)))"
     page.wait_for_function(listed, arg=ids)

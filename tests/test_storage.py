@@ -539,3 +539,22 @@ def test_a_stored_runs_speedup_stays_pinned_to_the_ar_run_it_was_measured_agains
     assert "1.20-1.50x against all 2 stored ar runs" in note
     value, note = stored_speedup(wb, history.get_run(unpinned))
     assert value == pytest.approx(1.2) and note.startswith("no baseline stored with it; the newest ar run")
+
+
+def test_an_identical_repeated_run_counts_once_in_acceptance_and_every_time_in_timing(history: History) -> None:
+    """A deterministic run repeated gives the same steps again: one sample for survival, the histogram, calibration
+    and tau; each copy is still a timing sample. A run with other output (another seed at T > 0) counts apart."""
+    from app import queries
+
+    for _ in range(3):
+        history.write_run(make_result([0, 1, 3]), suite="s")
+    history.write_run(make_result([3, 3]), suite="s", status="done")  # other tokens: a sample of its own
+    rows = history.query("SELECT i, n_steps, n_accepted FROM position_acceptance WHERE drafter = 'ngram' ORDER BY i")
+    assert [(r["n_steps"], r["n_accepted"]) for r in rows] == [(5, 4), (5, 3), (5, 3)]
+    assert history.query("SELECT sum(n_steps) AS n FROM acceptance_lengths WHERE drafter = 'ngram'") == [{"n": 5}]
+    comp = history.query("SELECT n_runs, n_timed, tau, n_generated FROM drafter_comparison WHERE drafter = 'ngram'")
+    assert comp == [{"n_runs": 2, "n_timed": 4, "tau": pytest.approx((7 / 3 + 8 / 2) / 2), "n_generated": 15}]
+    # drafts the verifier reached (j <= accepted, j < K): (1 + 2 + 3) once, not three times, + (3 + 3)
+    assert sum(r["n"] for r in queries.calibration_rows(history, None, None, None)) == 6 + 6
+    n_repeats = history.query("SELECT count(*) FILTER (WHERE is_repeat) AS n FROM finished_runs")
+    assert n_repeats == [{"n": 2}]

@@ -9,7 +9,7 @@ from storage import drafter_label
 from .. import plots, queries
 from ..state import Workbench
 
-SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "batch", "n_runs", "tau", "tau_std",
+SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "batch", "n_runs", "n_timed", "tau", "tau_std",
                    "acceptance_rate", "tok_per_s", "n_generated"]
 
 
@@ -40,7 +40,9 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         drafters = gr.Dropdown(choices=[], multiselect=True, label="drafters (empty: all)", allow_custom_value=True)
         suite = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="suite", allow_custom_value=True)
         refresh = gr.Button("Refresh")
-    table = gr.Dataframe(headers=SUMMARY_COLUMNS, label="finished runs per drafter / suite / K (drafter_comparison)",
+    table = gr.Dataframe(headers=SUMMARY_COLUMNS,
+                         label="finished runs per drafter / suite / K (n_runs: distinct runs, an identical repeat "
+                               "counted once; n_timed: every timed run)",
                          interactive=False)
     with gr.Row():
         survival = gr.Plot(elem_id="acc-survival")
