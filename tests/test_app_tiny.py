@@ -136,6 +136,17 @@ def test_compare_stores_a_comparison_group(wb):
     assert wb.history.get_run(next(r["run_id"] for r in runs if r["drafter"] == "ngram"))["lossless"] is True
 
 
+def test_compare_names_a_winner_only_outside_the_baselines_own_spread(wb):
+    # ar ran at 10 and 11 tok/s: a 10% band. 1.5x vs 1.0x (ar) is a lead; 1.50x vs 1.45x is a tie
+    assert compare.verdict({"dflash K=7": 1.5}, [10.0, 11.0]).startswith("winner: dflash K=7 (1.50x ar), ahead of ar")
+    tie = compare.verdict({"dflash K=7": 1.5, "eagle3 K=7": 1.45}, [10.0, 11.0])
+    assert tie.startswith("no winner: dflash K=7 (1.50x ar) and eagle3 K=7 (1.45x)") and "10%" in tie
+    assert compare.verdict({"ngram K=4": 0.9}, [10.0, 10.5]).startswith("winner: ar")  # slower than ar, clearly
+    assert "no winner named: one ar run" in compare.verdict({"dflash K=7": 3.0}, [10.0])
+    status = list(compare.compare(wb, "a b c a b c a b c", ["ngram", "ar"], "", 0.0, 12))[-1][0]
+    assert "winner" in status and "ngram K=" in status, status  # named, or called a tie, in the status
+
+
 def test_kflat_sweep_is_timed_and_stored(wb):
     assert kflat.parse_ks("4, 1,2,2") == [1, 2, 4]
     with pytest.raises(state.AppError, match="whole numbers"):

@@ -44,6 +44,23 @@ from .generate import MAX_NEW, status_of
 SLOTS = 4
 
 
+def verdict(speedups: dict[str, float], ar_rates: list[float]) -> str:
+    """Which drafter of a comparison is fastest, named only when its lead is outside the baseline's own noise:
+    speedups {label: x over ar} (ar itself 1.0), ar_rates the tok/s of every stored ar run on this prompt and
+    settings. The lead (fastest over runner-up) must exceed the ar runs' max/min ratio, so two runs that differ by
+    less than ar differs from itself are called a tie."""
+    ranked = sorted({"ar": 1.0, **speedups}.items(), key=lambda kv: kv[1], reverse=True)
+    (best, top), (second, runner_up) = ranked[0], ranked[1]
+    if len(ar_rates) < 2:
+        return (f"fastest here: {best} ({top:.2f}x ar), but no winner named: one ar run gives no noise band; "
+                "compare again (ar runs again) to get one")
+    noise = max(ar_rates) / min(ar_rates)
+    band = f"ar's own spread over {len(ar_rates)} runs is {100 * (noise - 1):.0f}%"
+    if top / runner_up > noise:
+        return f"winner: {best} ({top:.2f}x ar), ahead of {second} ({runner_up:.2f}x) by more than {band}"
+    return f"no winner: {best} ({top:.2f}x ar) and {second} ({runner_up:.2f}x) differ by less than {band}"
+
+
 class DrafterChecks(gr.CheckboxGroup):
     """The drafters to compare, as checkboxes. Labels pass through unchecked and compare() refuses one that is not
     loaded, so a drafter loaded by path after the page was built (absent from the choices here) compares too."""
@@ -89,6 +106,7 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
             if reference is None:
                 return
         shown = [gr.update(visible=i < len(labels)) for i in range(SLOTS)]
+        speedups: dict[str, float] = {}
         for slot, label in enumerate(labels):
             live_view = LiveView(legend=slot == 0)
             for live in run_stream(wb, prompt, label, k, temperature, max_new, stop, reference=reference,
@@ -104,7 +122,10 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
                 reference = reference_of(live, group, "ar in this comparison",
                                          ar_rates(wb, prompt, engine_settings(temperature, max_new,
                                                                               template=template)))
-        yield out(message_html(f"comparison {group} stored: {len(labels)} runs"))
+            else:
+                speedups[live.title] = speedup(live, reference)[0] or 0.0
+        yield out(message_html(f"comparison {group} stored: {len(labels)} runs; "
+                               f"{verdict(speedups, reference.rates)}"))
     except USER_ERRORS as e:
         gr.Warning(str(e))
         yield out(message_html(f"error: {e}", "error"))
