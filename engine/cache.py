@@ -34,3 +34,9 @@ def write(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
         return jax.lax.dynamic_update_slice(buf, new, (0, 0, start[0], 0))
     one = lambda b_buf, b_new, b_start: jax.lax.dynamic_update_slice(b_buf, b_new, (0, b_start, 0))  # noqa: E731
     return jax.vmap(one)(buf, new, start)
+
+
+@jax.jit
+def take_rows(tree, rows: jax.Array):
+    """Every array of a cache pytree (batch on axis 0; None entries stay None) cut to batch rows `rows` [B']."""
+    return jax.tree.map(lambda a: a[rows], tree)

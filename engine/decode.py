@@ -6,7 +6,10 @@ committed token except the anchor; after a step it grows by accepted + 1 and the
 next anchor. Shapes are static per (batch size, K, cache bucket): blocks are padded to max(K, 1) + 1 tokens.
 A batch shares one target cache [B, ...] with a position per sequence, and one drafter state whose caches are
 batched the same way: every step drafts all sequences in one drafter call and verifies all blocks in one target
-pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times.
+pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times. Once at most half the rows still
+run, the batch narrows to half its width (the target cache and the drafter state keep only those rows; finished
+ones fill the rest), so the last sequences do not pay for finished ones: widths B, B//2, ..., 1, one set of
+programs each, all compiled by warm_up.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import jit_stats
-from .cache import init_cache
+from .cache import init_cache, take_rows
 from .drafters.ar import ArDrafter
 from .drafters.base import Drafter
 from .model import forward
@@ -125,6 +128,14 @@ def settings_of(target: Target, drafter: Drafter, **kw) -> dict:
             "versions": {"jax": jax.__version__, "python": platform.python_version()}, **kw}
 
 
+def narrower(width: int, n_running: int) -> int:
+    """The width a batch of `width` rows runs its next step at with n_running sequences still running: halved
+    while they fit in half (down to 1)."""
+    while width > 1 and n_running <= width // 2:
+        width //= 2
+    return width
+
+
 class _Sequence:
     """One sequence's progress inside a batched generation."""
 
@@ -137,15 +148,17 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                  max_new_tokens: int = MAX_NEW_TOKENS,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, raw: bool = False,
                  template: dict | None = None, cache_len: int | None = None,
-                 on_prefill: Callable[[int, int], None] | None = None
+                 on_prefill: Callable[[int, int], None] | None = None, narrow_every_step: bool = False
                  ) -> Generator[list[tuple[int, StepTrace]], None, list[GenerationResult]]:
     """Speculative decoding of a batch: every step drafts all sequences in ONE drafter call, then verifies all
     blocks in ONE target pass with per-sequence acceptance and ragged lengths. Yields [(sequence index,
     StepTrace)] per step for the sequences still running; returns one GenerationResult per prompt. Finished
     sequences ride along as undrafted one-token blocks at their final position, their drafter context no longer
-    growing (static shapes: no recompilation when one stops). template: chat-template switches (e.g.
-    {"enable_thinking": False}; engine.tokenizer.TEMPLATE_SWITCHES). cache_len: cache rows (default: the bucket the
-    prompts and max_new_tokens need); on_prefill(chunks done, chunks): prefill progress."""
+    growing, until the batch narrows (see the module docstring; not on a mesh, whose data axis fixes the batch).
+    template: chat-template switches (e.g. {"enable_thinking": False}; engine.tokenizer.TEMPLATE_SWITCHES).
+    cache_len: cache rows (default: the bucket the prompts and max_new_tokens need); on_prefill(chunks done,
+    chunks): prefill progress. narrow_every_step: a warm-up walk (warm_up): no sequence stops, the width halves
+    after every step down to 1, and the walk ends there, so every width's programs compile."""
     drafter = drafter or ArDrafter()
     if not prompts:
         raise GenerationError("no prompts to generate from")
@@ -176,16 +189,33 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
 
     key = jax.random.PRNGKey(seed)
     temp, nucleus = np.float32(max(temperature, 1e-6)), np.float32(top_p)
-    feats, n_new = None, None  # the last verify's features and each sequence's newly committed rows
-    while any(s.stop is None for s in seqs):
+    feats, n_new = None, None  # the last verify's features and each row's newly committed rows
+    order = np.arange(batch)  # the sequence in each row
+    can_narrow = target.mesh is None and (state is None or hasattr(state, "take"))
+    while any(seqs[i].stop is None for i in order):
         t0 = time.perf_counter()
-        running = np.array([s.stop is None for s in seqs])
         if n_new is not None:
             state = drafter.extend(state, feats, n_new)
-        proposal, state = drafter.propose(state, [s.tokens for s in seqs])
-        block = np.array([[s.tokens[-1]] * (k_block + 1) for s in seqs], np.int32)
+            if narrow_every_step and (len(order) == 1 or not can_narrow):  # every width has run: the walk ends
+                for seq in seqs:
+                    seq.stop, seq.done_at = seq.stop or "warm-up", seq.done_at or time.perf_counter()
+                break
+        running = np.array([seqs[i].stop is None for i in order])
+        width = len(order) // 2 if narrow_every_step and n_new is not None else narrower(len(order), running.sum())
+        while can_narrow and len(order) > max(width, 1):  # one halving at a time: one program per width
+            keep = np.concatenate([np.flatnonzero(running), np.flatnonzero(~running)])[:len(order) // 2]
+            for dropped in set(order) - set(order[keep]):  # finished, or (narrow_every_step) cut short
+                seqs[dropped].stop = seqs[dropped].stop or "dropped"
+                seqs[dropped].done_at = seqs[dropped].done_at or time.perf_counter()
+            rows = jnp.asarray(keep, jnp.int32)
+            cache = take_rows(cache, rows)
+            state = None if state is None else state.take(rows)
+            order, running = order[keep], running[keep]
+        live = [seqs[i] for i in order]
+        proposal, state = drafter.propose(state, [s.tokens for s in live])
+        block = np.array([[s.tokens[-1]] * (k_block + 1) for s in live], np.int32)
         block[:, 1:1 + drafter.k] = proposal.ids
-        starts = np.array([len(s.tokens) - 1 for s in seqs], np.int32)
+        starts = np.array([len(s.tokens) - 1 for s in live], np.int32)
         n_drafted = np.where(running, proposal.n, 0).astype(np.int32)
         t1 = time.perf_counter()
         key, sub = jax.random.split(key)
@@ -193,13 +223,13 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                                             cfg=target.cfg, capture=capture, greedy=greedy)
         n_acc, bonus, p, top_ids, top_p_vals = (np.asarray(x) for x in fetch(result))
         t2 = time.perf_counter()
-        traces, n_new = [], np.zeros(batch, np.int32)
+        traces, n_new = [], np.zeros(len(order), np.int32)
         for row in np.flatnonzero(running):
-            seq, n = seqs[row], int(n_drafted[row])
+            seq, n = live[row], int(n_drafted[row])
             accepted, drafted = int(n_acc[row]), [int(t) for t in block[row, 1:1 + n]]
             context = seq.tokens[-3 * PIECE_CONTEXT:]  # ends with the anchor
             emitted = (drafted[:accepted] + [int(bonus[row])])[:max_new_tokens - len(seq.out)]
-            hit = [i for i, t in enumerate(emitted) if t in target.eos_ids]
+            hit = [] if narrow_every_step else [i for i, t in enumerate(emitted) if t in target.eos_ids]
             if hit:
                 emitted, seq.stop = emitted[:hit[0] + 1], "eos"
             seq.tokens += emitted
@@ -216,8 +246,8 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                 top5_text=[target.token_texts(r) for r in rows],
                 state_rollback=k_block - accepted if recurrent else 0)
             seq.steps.append(step)
-            traces.append((int(row), step))
-            if seq.stop is None and len(seq.out) >= max_new_tokens:
+            traces.append((int(order[row]), step))
+            if seq.stop is None and len(seq.out) >= max_new_tokens and not narrow_every_step:
                 seq.stop = "length"
             if seq.stop is not None:
                 seq.done_at = time.perf_counter()
@@ -307,15 +337,17 @@ WARM_UP_PROMPT = "Hello."  # a one-chunk stand-in: the compiled shapes depend on
 
 def warm_up(target: Target, prompts: list[str], drafter: Drafter | None = None, **kw) -> tuple[int, float]:
     """Compile what decode_batch(target, prompts, drafter, **kw) needs, untimed: one-chunk stand-in prompts in the
-    same cache size through a prefill and two steps (the second extends the drafter), so a long prompt is not
-    prefilled twice. Returns (XLA compiles, seconds). Time generations after it."""
+    same cache size through a prefill and a step at every width the batch can narrow to (each extending the
+    drafter), so a long prompt is not prefilled twice. Returns (XLA compiles, seconds). Time generations after
+    it."""
     compiles0, t0 = jit_stats.compile_count(), time.perf_counter()
     drafter = drafter or ArDrafter()
     longest = max(len(target.encode(p, kw.get("raw", False), kw.get("template"))) for p in prompts)
     block = max(drafter.k, 1) + 1
     rows = kw.pop("cache_len", None) or cache_len_for(longest, kw.get("max_new_tokens", MAX_NEW_TOKENS), block)
-    steps = decode_batch(target, [WARM_UP_PROMPT] * len(prompts), drafter, cache_len=rows, **kw)
-    for _ in islice(steps, 2):
+    steps = decode_batch(target, [WARM_UP_PROMPT] * len(prompts), drafter, cache_len=rows,
+                         narrow_every_step=target.mesh is None, **kw)
+    for _ in islice(steps, 2 if target.mesh is not None else None):
         pass
     steps.close()
     return jit_stats.compile_count() - compiles0, time.perf_counter() - t0

@@ -22,6 +22,7 @@ from engine import (
     stream,
     warm_up,
 )
+from engine.decode import narrower
 from tests.prompts import LOSSLESS_PROMPTS, NON_ASCII_PROMPTS
 
 MAX_NEW = 40
@@ -143,12 +144,18 @@ def test_shipped_trained_drafters_are_lossless_with_many_drafts_accepted(target,
 
 @pytest.mark.parametrize("name", ["dflash", "eagle3"])
 def test_batched_drafting_compiles_nothing_after_warmup(target, name):
-    """The batch size is one more static shape: a second batch of other ragged prompts (sequences finishing at
-    different steps, riding along after) compiles nothing."""
+    """The batch size and every width it narrows to are static shapes warm_up compiles: two batches of other ragged
+    prompts (sequences finishing at different steps, the batch narrowing as they do) compile nothing."""
     drafter = load_drafter(name, target, k=4)
-    generate_batch(target, LOSSLESS_PROMPTS[:4], drafter, max_new_tokens=16)
-    results = generate_batch(target, LOSSLESS_PROMPTS[8:12], drafter, max_new_tokens=16)
-    assert [r.stats["compiles"] for r in results] == [0] * 4
+    warm_up(target, LOSSLESS_PROMPTS[:4], drafter, max_new_tokens=16)
+    for prompts in (LOSSLESS_PROMPTS[8:12], LOSSLESS_PROMPTS[4:8]):
+        results = generate_batch(target, prompts, drafter, max_new_tokens=16)
+        assert [r.stats["compiles"] for r in results] == [0] * 4
+
+
+def test_the_batch_narrows_as_sequences_finish():
+    assert [narrower(16, n) for n in (16, 9, 8, 5, 4, 3, 2, 1)] == [16, 16, 8, 8, 4, 4, 2, 1]
+    assert [narrower(6, n) for n in (4, 3, 2, 1)] == [6, 3, 3, 1] and narrower(1, 1) == 1
 
 
 def test_no_recompilation_after_warmup(target):

@@ -455,7 +455,7 @@ def test_appended_layers_leave_the_drafts_unchanged_and_learn(drafter):
 
 class OracleMix:
     """Runs the real drafter every step, then overwrites each sequence's first m drafts (m cycling 0..K) with the
-    target's known continuation (references: per sequence, prompt + greedy output), so that the engine accepts
+    target's known continuation (references: per sequence, prompt + greedy output; found by prefix), so that the engine accepts
     m+ drafts and extends by m+1 rows."""
 
     def __init__(self, inner, references: list[list[int]]):
@@ -472,7 +472,8 @@ class OracleMix:
         proposal, state = self.inner.propose(state, tokens)
         m, self.calls = self.calls % (self.k + 1), self.calls + 1
         ids = np.array(proposal.ids)
-        for row, (seq, reference) in enumerate(zip(tokens, self.references, strict=True)):
+        for row, seq in enumerate(tokens):  # rows are sequences in the batch's current order (it narrows)
+            reference = next(r for r in self.references if r[:len(seq)] == list(seq))
             known = reference[len(seq):len(seq) + m]
             ids[row, :len(known)] = known
         return replace(proposal, ids=ids), state

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cache import write
+from ..cache import take_rows, write
 from ..config import ModelConfig
 from ..model import attention, embed, linear, rms_norm, rope
 from ..sharding import fetch
@@ -177,6 +177,10 @@ class DFlashState:
     k: list[jax.Array]
     v: list[jax.Array]
     lengths: np.ndarray
+
+    def take(self, rows: jax.Array) -> DFlashState:
+        """The state of batch rows `rows` [B'] only (the engine drops finished sequences)."""
+        return DFlashState(take_rows(self.k, rows), take_rows(self.v, rows), self.lengths[np.asarray(rows)])
 
 
 def default_target_layer_ids(num_target_layers: int, n_features: int) -> tuple[int, ...]:

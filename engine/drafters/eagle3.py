@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..cache import write
+from ..cache import take_rows, write
 from ..config import ModelConfig
 from ..model import attention, linear, rms_norm, rope
 from ..sharding import fetch
@@ -156,6 +156,12 @@ class Eagle3State:
     lengths: np.ndarray
     done: np.ndarray
     prompts: list[np.ndarray]
+
+    def take(self, rows: jax.Array) -> Eagle3State:
+        """The state of batch rows `rows` [B'] only (the engine drops finished sequences)."""
+        k, v, window = take_rows((self.k, self.v, self.window), rows)
+        index = np.asarray(rows)
+        return Eagle3State(k, v, window, self.lengths[index], self.done[index], [self.prompts[i] for i in index])
 
 
 def default_feature_layers(num_target_layers: int) -> tuple[int, ...]:
