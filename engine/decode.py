@@ -6,10 +6,10 @@ committed token except the anchor; after a step it grows by accepted + 1 and the
 next anchor. Shapes are static per (batch size, K, cache bucket): blocks are padded to max(K, 1) + 1 tokens.
 A batch shares one target cache [B, ...] with a position per sequence, and one drafter state whose caches are
 batched the same way: every step drafts all sequences in one drafter call and verifies all blocks in one target
-pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times. Once at most half the rows still
-run, the batch narrows to half its width (the target cache and the drafter state keep only those rows; finished
-ones fill the rest), so the last sequences do not pay for finished ones: widths B, B//2, ..., 1, one set of
-programs each, all compiled by warm_up.
+pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times. As sequences finish, the batch
+narrows (next_width: 16 -> 12 -> 8 -> 6 -> 4 -> 3 -> 2 -> 1) once the running ones fit the next width: the target
+cache and the drafter state keep only those rows (finished ones fill the rest), so the last sequences do not pay for
+finished ones. One set of programs per width, all compiled by warm_up.
 """
 
 from __future__ import annotations
@@ -128,11 +128,18 @@ def settings_of(target: Target, drafter: Drafter, **kw) -> dict:
             "versions": {"jax": jax.__version__, "python": platform.python_version()}, **kw}
 
 
+def next_width(width: int) -> int:
+    """The batch width below `width` a narrowing batch steps down to: the largest power of two or 1.5x a power of
+    two (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) under it."""
+    p = 1 << (width - 1).bit_length() >> 1  # the largest power of two < width (width >= 2)
+    return p * 3 // 2 if p >= 2 and p * 3 // 2 < width else p
+
+
 def narrower(width: int, n_running: int) -> int:
-    """The width a batch of `width` rows runs its next step at with n_running sequences still running: halved
-    while they fit in half (down to 1)."""
-    while width > 1 and n_running <= width // 2:
-        width //= 2
+    """The width a batch of `width` rows runs its next step at with n_running sequences still running: stepped down
+    (next_width) while they fit (down to 1)."""
+    while width > 1 and n_running <= next_width(width):
+        width = next_width(width)
     return width
 
 
@@ -157,8 +164,8 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
     growing, until the batch narrows (see the module docstring; not on a mesh, whose data axis fixes the batch).
     template: chat-template switches (e.g. {"enable_thinking": False}; engine.tokenizer.TEMPLATE_SWITCHES).
     cache_len: cache rows (default: the bucket the prompts and max_new_tokens need); on_prefill(chunks done,
-    chunks): prefill progress. narrow_every_step: a warm-up walk (warm_up): no sequence stops, the width halves
-    after every step down to 1, and the walk ends there, so every width's programs compile."""
+    chunks): prefill progress. narrow_every_step: a warm-up walk (warm_up): no sequence stops, the width steps
+    down after every step to 1, and the walk ends there, so every width's programs compile."""
     drafter = drafter or ArDrafter()
     if not prompts:
         raise GenerationError("no prompts to generate from")
@@ -201,9 +208,10 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
                     seq.stop, seq.done_at = seq.stop or "warm-up", seq.done_at or time.perf_counter()
                 break
         running = np.array([seqs[i].stop is None for i in order])
-        width = len(order) // 2 if narrow_every_step and n_new is not None else narrower(len(order), running.sum())
-        while can_narrow and len(order) > max(width, 1):  # one halving at a time: one program per width
-            keep = np.concatenate([np.flatnonzero(running), np.flatnonzero(~running)])[:len(order) // 2]
+        width = (next_width(len(order)) if narrow_every_step and n_new is not None and len(order) > 1
+                 else narrower(len(order), running.sum()))
+        while can_narrow and len(order) > width:  # one step down at a time: one program per width and step
+            keep = np.concatenate([np.flatnonzero(running), np.flatnonzero(~running)])[:next_width(len(order))]
             for dropped in set(order) - set(order[keep]):  # finished, or (narrow_every_step) cut short
                 seqs[dropped].stop = seqs[dropped].stop or "dropped"
                 seqs[dropped].done_at = seqs[dropped].done_at or time.perf_counter()

@@ -22,7 +22,7 @@ from engine import (
     stream,
     warm_up,
 )
-from engine.decode import narrower
+from engine.decode import narrower, next_width
 from tests.prompts import LOSSLESS_PROMPTS, NON_ASCII_PROMPTS
 
 MAX_NEW = 40
@@ -154,8 +154,9 @@ def test_batched_drafting_compiles_nothing_after_warmup(target, name):
 
 
 def test_the_batch_narrows_as_sequences_finish():
-    assert [narrower(16, n) for n in (16, 9, 8, 5, 4, 3, 2, 1)] == [16, 16, 8, 8, 4, 4, 2, 1]
-    assert [narrower(6, n) for n in (4, 3, 2, 1)] == [6, 3, 3, 1] and narrower(1, 1) == 1
+    assert [next_width(w) for w in (16, 12, 8, 6, 4, 3, 2, 5, 7)] == [12, 8, 6, 4, 3, 2, 1, 4, 6]
+    assert [narrower(16, n) for n in (16, 13, 12, 9, 8, 5, 4, 3, 2, 1)] == [16, 16, 12, 12, 8, 6, 4, 3, 2, 1]
+    assert [narrower(6, n) for n in (5, 4, 1)] == [6, 4, 1] and narrower(1, 1) == 1
 
 
 def test_no_recompilation_after_warmup(target):

@@ -455,8 +455,8 @@ def test_appended_layers_leave_the_drafts_unchanged_and_learn(drafter):
 
 class OracleMix:
     """Runs the real drafter every step, then overwrites each sequence's first m drafts (m cycling 0..K) with the
-    target's known continuation (references: per sequence, prompt + greedy output; found by prefix), so that the engine accepts
-    m+ drafts and extends by m+1 rows."""
+    target's known continuation (references: per sequence, prompt + greedy output; found by prefix), so that the
+    engine accepts m+ drafts and extends by m+1 rows."""
 
     def __init__(self, inner, references: list[list[int]]):
         self.inner, self.references, self.calls = inner, references, 0

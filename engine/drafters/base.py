@@ -8,9 +8,9 @@ The engine drives a drafter through one generation of a batch of B sequences as
 each sequence's context length; the first n_new[b] rows of sequence b are now verified, the rest are garbage
 the drafter must not keep (a context grows by exactly n_new[b]: rollback is never needed because rejected rows
 never enter). `propose` drafts the whole batch at once (model drafters: one device call). A sequence that has
-finished rides along with n_new 0 and its drafts ignored. When at most half the batch still runs (no mesh), the
-engine drops the finished rows: a drafter with a state gives it a `take(rows)` method returning the state of those
-batch rows only (rows [B'] int32, the survivors in their new order; see engine.decode.narrower).
+finished rides along with n_new 0 and its drafts ignored. When the running ones fit a narrower width (no mesh;
+engine.decode.next_width), the engine drops finished rows: a drafter with a state gives it a `take(rows)` method
+returning the state of those batch rows only (rows [B'] int32, the survivors in their new order).
 """
 
 from __future__ import annotations
