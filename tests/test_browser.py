@@ -247,11 +247,12 @@ def test_two_sweeps_a_moment_apart_are_both_listed_and_drawn(page):
     for _ in range(2):
         old = page.evaluate(OWN_TEXT, ["#kf-status", False])
         page.click("#kf-run")  # done when the status names a sweep not seen before, or an error
-        page.wait_for_function("([ids, o]) => { const t = document.querySelector('#kf-status')?.innerText || '';"
+        # the status's own text once its event ended: an earlier test's error under the progress bar is not it
+        page.wait_for_function(f"([ids, o]) => {{ const t = ({OWN_TEXT})(['#kf-status', true]);"
                                " const m = t.match(/sweep (\\S+) on .* stored/);"
                                " return (m && !ids.includes(m[1])) || (t.includes('error') && t !== o); }",
                                arg=[ids, old])
-        status = page.inner_text("#kf-status")
+        status = page.evaluate(OWN_TEXT, ["#kf-status", False])
         assert "error" not in status, status
         ids.append(status.split("sweep ")[1].split(" ")[0])
     # both selected, each label ending in its own id's tail: told apart in the list and the legend
