@@ -351,8 +351,9 @@ def drafter_table(history: History, split: str = "test") -> str:
     head = (f"Measured {min(r['day'] for r in rows)} on the sealed {split} slices ({sizes} prompts), {r0['target']} "
             f"{r0['dtype']}, {r0['device_kind']}, with `{newest}`. "
             "Cells: tau (tokens per verify step) / speedup vs ar (decode tok/s over ar's on the same prompts). "
-            "Data: the training sequences in the drafter's source datasets; passes: sequences drawn in training "
-            "(steps x batch over its lineage; ≥ where it averages in weights whose training is recorded apart).")
+            "Data: the sequences in the drafter's source datasets, their validation split included; passes: "
+            "sequences drawn in training (steps x batch over its lineage; ≥ where it averages in weights whose "
+            "training is recorded apart).")
     return head + "\n\n" + md_table(["drafter", "what", "K", "data (sequences)", "sequence-passes",
                                       *[f"{s}: tau / speedup" for s in suites], "acceptance", "draft ms",
                                       "lossless"], body)
