@@ -12,22 +12,26 @@ twice the anchors of one engine run and, for drafter-side variants
 is kept beside it (`engine_tau`); it reads lower, since the engine's anchors sit right after rejections, where
 drafting is harder, so arms are compared by tau_est only. A variant that accepts clearly more is a `fault`: its
 mean per-prompt gain must exceed the 95 % t margin of the per-prompt differences (greedy runs are deterministic,
-so the noise is prompt-to-prompt variation) and MIN_EFFECT of the configured tau. Checks:
+so the noise is prompt-to-prompt variation) and MIN_EFFECT of the configured tau. A gain of RESOLVE_TAU or more
+that the margin cannot tell from noise is `unresolved`, with about how many prompts would tell. Checks:
 
 - chat_template: prompts chat-formatted against raw (whichever the pair does not use);
 - thinking: the template's thinking mode on against off (only templates that take `enable_thinking`);
-- taps: target layer ids as configured against all shifted by -1 and by +1;
+- taps: target layer ids as configured against all shifted by -1 and by +1, and against the ids the checkpoint's
+  card (training.json) says it was trained with: configured ids that differ from those are a fault however small
+  the measured gap;
 - mask_token: the configured DFlash mask id against the tokenizer's mask token and the engine's default mask;
 - shared_head: an EAGLE-3 drafter's own LM head against the target's (DFlash ships none: nothing to swap);
 - dtype: the target in float32 against bfloat16;
 - rope: the drafter's RoPE as configured against the target's (when they differ);
 - train_serve: tau_est, the offline training metric, at the engine's own anchors of the self-distilled greedy
   continuations against the engine's tau on the same steps; they must agree (a gap either way is the fault);
-- temperature: the user's temperature against 0 (engine tau: sampled acceptance has no offline twin).
+- temperature: the user's temperature against 0 (engine tau: sampled acceptance has no offline twin), reported as
+  `info`: sampling is expected to accept less than greedy.
 
 Variants are written as modified copies of the checkpoint directory (config.json edited, tensors copied) and
-loaded through the public loaders. A check that does not apply to the pair (or whose variant fails to load) is
-`inconclusive` with the reason.
+loaded through the public loaders. A check that does not apply to the pair is `not applicable`, one whose variant
+fails to load `inconclusive`, each with the reason.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -62,8 +67,12 @@ from experiments.train_drafter import Sequences, add_hints, batch_of, dflash_run
 
 CHECKS = ("chat_template", "thinking", "taps", "mask_token", "shared_head", "dtype", "rope", "train_serve",
           "temperature")
-VERDICTS = ("ok", "fault", "inconclusive")
+# ok / fault; unresolved: a gain of RESOLVE_TAU or more inside the noise margin (more prompts would tell); info:
+# a difference that is expected (sampling); not applicable: the check cannot apply to the pair; inconclusive: a
+# variant that could not be measured
+VERDICTS = ("ok", "fault", "unresolved", "info", "not applicable", "inconclusive")
 MIN_EFFECT = 0.03  # a fault must also move tau by at least this fraction of the configured tau
+RESOLVE_TAU = 0.1  # a gain this large that the margin cannot tell from noise is reported as unresolved
 DEFAULT_SUITES = ("gsm8k", "humaneval", "mtbench")
 PACKAGES = ("jax", "jaxlib", "numpy", "transformers", "safetensors", "duckdb")
 
@@ -110,7 +119,10 @@ def paired(base: list[float], variant: list[float], two_sided: bool = False) -> 
     margin = float(scipy_stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n))
     size = abs(mean) if two_sided else mean
     fault = bool(size > margin and size > MIN_EFFECT * float(np.mean([b for b, _ in pairs])))
-    return {"diff": round(mean, 4), "margin": round(margin, 4), "fault": fault}
+    out = {"diff": round(mean, 4), "margin": round(margin, 4), "fault": fault}
+    if not fault and size >= RESOLVE_TAU:  # the margin shrinks as 1/sqrt(n): the prompts it would take to tell
+        out["prompts_needed"] = math.ceil(n * (margin / size) ** 2) + 1
+    return out
 
 
 def row(check: str, variant: str, m: dict | None, verdict: str, detail: str = "", cmp: dict | None = None,
@@ -125,15 +137,16 @@ def row(check: str, variant: str, m: dict | None, verdict: str, detail: str = ""
             "verdict": verdict, "detail": detail}
 
 
-def inconclusive(check: str, reason: str) -> list[dict]:
-    return [row(check, "-", None, "inconclusive", f"not applicable: {reason}")]
+def not_applicable(check: str, reason: str) -> list[dict]:
+    return [row(check, "-", None, "not applicable", reason)]
 
 
 def compared(check: str, base_label: str, base: dict, variants: list[tuple[str, dict | str]],
              two_sided: bool = False) -> list[dict]:
     """Rows of a check: the configured measurement, then each variant (a measurement, or the reason it could
     not run) with its paired comparison; the configured row carries the check's verdict."""
-    rows, faults, measured = [], [], 0
+    rows, faults, unresolved, measured = [], [], [], 0
+    n = sum(x is not None for x in base["per_prompt"])
     for label, m in variants:
         if isinstance(m, str):
             rows.append(row(check, label, None, "inconclusive", m))
@@ -143,13 +156,25 @@ def compared(check: str, base_label: str, base: dict, variants: list[tuple[str, 
             rows.append(row(check, label, m, "inconclusive", "no prompt measured in both arms"))
             continue
         measured += 1
-        verdict = "fault" if cmp["fault"] else "ok"
-        faults += [label] if cmp["fault"] else []
         sign = "gap" if two_sided else "gain"
         margin = "no margin from one prompt" if cmp["margin"] is None else f"margin {cmp['margin']:.3f}"
-        rows.append(row(check, label, m, verdict, f"{sign} {cmp['diff']:+.3f} ({margin})", cmp))
-    verdict = "fault" if faults else "ok" if measured else "inconclusive"
-    detail = f"{', '.join(faults)} accepts clearly {'differently' if two_sided else 'more'}" if faults else ""
+        detail = f"{sign} {cmp['diff']:+.3f} tau_est over {n} prompts ({margin})"
+        if cmp["fault"]:
+            verdict, faults = "fault", faults + [label]
+        elif "prompts_needed" in cmp:
+            verdict, unresolved = "unresolved", unresolved + [(label, cmp["prompts_needed"])]
+            detail += f": as large as a misconfiguration, inside the noise; about {cmp['prompts_needed']} prompts"
+            detail += " would tell"
+        else:
+            verdict = "ok"
+        rows.append(row(check, label, m, verdict, detail, cmp))
+    if faults:
+        verdict, detail = "fault", f"{', '.join(faults)} accepts clearly {'differently' if two_sided else 'more'}"
+    elif unresolved:
+        verdict = "unresolved"
+        detail = "; ".join(f"{label}: run about {need} prompts to tell" for label, need in unresolved)
+    else:
+        verdict, detail = ("ok" if measured else "inconclusive"), ""
     return [row(check, base_label, base, verdict, detail, configured=True)] + rows
 
 
@@ -189,14 +214,31 @@ def tap_key(kind: str) -> str:
     return "target_layer_ids" if kind == "dflash" else "eagle_aux_hidden_state_layer_ids"
 
 
-def shift_taps(kind: str, by: int):
+def shift_taps(kind: str, by: int | None = None, to: list[int] | None = None):
+    """A config edit moving the drafter's tap layer ids: all shifted `by`, or set `to` these."""
     def edit(config: dict) -> dict:
         section = _section(config, tap_key(kind))
         if tap_key(kind) not in section:
             raise DrafterError(f"config.json names no {tap_key(kind)} (the loader's default taps are used)")
-        section[tap_key(kind)] = [int(i) + by for i in section[tap_key(kind)]]
+        section[tap_key(kind)] = list(to) if to is not None else [int(i) + by for i in section[tap_key(kind)]]
         return config
     return edit
+
+
+def trained_taps(checkpoint: Path) -> list[int] | None:
+    """The feature layer ids (the engine's: output of layer i) a checkpoint's card (training.json) says it was
+    trained with, when it records them."""
+    card = checkpoint / "training.json"
+    if not card.is_file():
+        return None
+    arch = json.loads(card.read_text()).get("architecture") or {}
+    taps = arch.get("feature_layers") or arch.get("target_layer_ids")
+    return [int(i) for i in taps] if taps else None
+
+
+def config_taps(kind: str, features: list[int]) -> list[int]:
+    """Feature layer ids as the drafter's config.json names them: EAGLE-3 names layer inputs (one above)."""
+    return [i + (1 if kind == "eagle3" else 0) for i in features]
 
 
 def set_mask(mask_id: int):
@@ -273,8 +315,10 @@ class Doctor:
                                tuple(prompts), dtype, raw, k), make)
 
     def diagnose(self, drafter: str | Path, prompts: list[str], raw: bool = False, temperature: float = 0.0,
-                 k: int | None = None, checks: tuple[str, ...] = CHECKS) -> dict:
-        """The report {identity, settings, rows, wall_s} of every check in `checks` for the pair."""
+                 k: int | None = None, checks: tuple[str, ...] = CHECKS,
+                 on_check: Callable[[int, int, str], None] | None = None) -> dict:
+        """The report {identity, settings, rows, wall_s} of every check in `checks` for the pair; on_check(i, n,
+        check) before each check runs."""
         if not prompts:
             raise DoctorError("no prompts to diagnose with")
         t0 = time.perf_counter()
@@ -284,7 +328,9 @@ class Doctor:
         rows = []
         with tempfile.TemporaryDirectory(prefix="doctor-") as tmp:
             ctx = _Context(self, loaded, Path(tmp), list(prompts), raw)
-            for check in checks:
+            for i, check in enumerate(checks):
+                if on_check is not None:
+                    on_check(i, len(checks), check)
                 rows += getattr(ctx, check)(temperature) if check == "temperature" else getattr(ctx, check)()
         return {"identity": identity(self.base, loaded, drafter), "rows": rows,
                 "settings": {"prompts": list(prompts), "max_new_tokens": self.max_new_tokens, "raw": raw,
@@ -321,7 +367,7 @@ class _Context:
 
     def chat_template(self) -> list[dict]:
         if not self.target.tokenizer.chat_template:
-            return inconclusive("chat_template", "the target's tokenizer has no chat template")
+            return not_applicable("chat_template", "the target's tokenizer has no chat template")
         other = self.doctor.measure(self.src, self.prompts, dtype=self.served_dtype, raw=not self.raw, k=self.k)
         return compared("chat_template", self.label, self.base,
                         [("chat template" if self.raw else "raw prompts", other)])
@@ -330,7 +376,7 @@ class _Context:
         template = self.target.tokenizer.chat_template or ""
         if self.raw or "enable_thinking" not in template:
             why = "prompts are raw" if self.raw else "the chat template has no thinking mode (enable_thinking)"
-            return inconclusive("thinking", why)
+            return not_applicable("thinking", why)
         default = [thinking_text(self.target, p, None) for p in self.prompts]
         variants = []
         for flag in (True, False):
@@ -339,18 +385,27 @@ class _Context:
                 m = self.doctor.measure(self.src, texts, dtype=self.served_dtype, raw=True, k=self.k)
                 variants.append((f"thinking {'on' if flag else 'off'}", m))
         if not variants:
-            return inconclusive("thinking", "enable_thinking does not change the rendered prompts")
+            return not_applicable("thinking", "enable_thinking does not change the rendered prompts")
         base = self.doctor.measure(self.src, default, dtype=self.served_dtype, raw=True, k=self.k)
         return compared("thinking", "template default", base, variants)
 
     def taps(self) -> list[dict]:
-        return compared("taps", f"as configured {list(self.drafter.feature_layers)}", self.base,
-                        [(f"taps {by:+d}", self.variant(f"taps{by:+d}", shift_taps(self.kind, by)))
-                         for by in (-1, 1)])
+        configured, trained = list(self.drafter.feature_layers), trained_taps(self.src)
+        variants = [(f"taps {by:+d}", self.variant(f"taps{by:+d}", shift_taps(self.kind, by))) for by in (-1, 1)]
+        if trained is None or trained == configured:
+            return compared("taps", f"as configured {configured}", self.base, variants)
+        rows = compared("taps", f"as configured {configured}", self.base,  # the card knows better than the noise
+                        [(f"trained with {trained} (its card)",
+                          self.variant("taps-card", shift_taps(self.kind, to=config_taps(self.kind, trained))))]
+                        + variants)
+        rows[0] |= {"verdict": "fault", "detail": f"config.json taps {configured} are not the {trained} its card "
+                    "(training.json) says it was trained with" + (f"; {rows[0]['detail']}" if rows[0]["detail"]
+                                                                  else "")}
+        return rows
 
     def mask_token(self) -> list[dict]:
         if self.kind != "dflash":
-            return inconclusive("mask_token", f"{self.kind} drafts without a mask token")
+            return not_applicable("mask_token", f"{self.kind} drafts without a mask token")
         tok, configured = self.target.tokenizer, self.drafter.cfg.mask_token_id
         candidates = {}
         if tok.mask_token_id is not None:
@@ -362,13 +417,13 @@ class _Context:
         variants = [(f"{what} {i}", self.variant(f"mask{i}", set_mask(i))) for i, what in candidates.items()
                     if i != configured]
         if not variants:
-            return inconclusive("mask_token", f"the configured mask id {configured} is the tokenizer's / engine's "
+            return not_applicable("mask_token", f"the configured mask id {configured} is the tokenizer's / engine's "
                                 "default mask; there is no other candidate")
         return compared("mask_token", f"configured {configured}", self.base, variants)
 
     def shared_head(self) -> list[dict]:
         if self.kind != "eagle3":
-            return inconclusive("shared_head", f"{self.kind} ships no embedding or LM head: both are the target's, "
+            return not_applicable("shared_head", f"{self.kind} ships no embedding or LM head: both are the target's, "
                                 "as trained")
         tensors = read_tensors(self.src)
         variants = []
@@ -389,11 +444,11 @@ class _Context:
     def rope(self) -> list[dict]:
         body, t = self.drafter.cfg.body, self.target.cfg
         if (body.rope_theta, body.rope_scaling) == (t.rope_theta, t.rope_scaling):
-            return inconclusive("rope", f"the drafter's RoPE (theta {body.rope_theta:g}, scaling "
+            return not_applicable("rope", f"the drafter's RoPE (theta {body.rope_theta:g}, scaling "
                                 f"{dict(body.rope_scaling) or 'none'}) is the target's")
         config = self.target.path / "config.json"
         if not config.is_file():
-            return inconclusive("rope", "the target has no config.json to take its RoPE from")
+            return not_applicable("rope", "the target has no config.json to take its RoPE from")
         hf = json.loads(config.read_text())
         edit = set_rope(float(hf.get("rope_theta", t.rope_theta)), hf.get("rope_scaling"))
         return compared("rope", f"drafter's (theta {body.rope_theta:g})", self.base,
@@ -405,7 +460,7 @@ class _Context:
                   for r in results]
         keep = [i for i, steps in enumerate(inside) if steps]
         if len(keep) < 2:
-            return inconclusive("train_serve", "too few engine steps with a whole block inside the continuation")
+            return not_applicable("train_serve", "too few engine steps with a whole block inside the continuation")
         offline = anchored_runs(self.target, self.drafter, [results[i] for i in keep],
                                 [[s.position for s in inside[i]] for i in keep])
         served = summary([[s.accepted for s in inside[i]] for i in keep], self.k)
@@ -414,12 +469,16 @@ class _Context:
 
     def temperature(self, temperature: float) -> list[dict]:
         if temperature == 0:
-            return inconclusive("temperature", "the pair is diagnosed at temperature 0 already (pass --temperature "
+            return not_applicable("temperature", "the pair is diagnosed at temperature 0 already (pass --temperature "
                                 "to compare it with greedy)")
         engine = lambda t: engine_summary(self.doctor.generate(  # noqa: E731
             self.src, self.prompts, dtype=self.served_dtype, raw=self.raw, temperature=t, k=self.k), self.k)
-        return compared("temperature", f"engine, T={temperature:g}", engine(temperature),
+        rows = compared("temperature", f"engine, T={temperature:g}", engine(temperature),
                         [("engine, T=0", engine(0.0))])
+        expected = (f"expected: at T={temperature:g} a draft is kept with probability p(draft) < 1 (one-hot q), so "
+                    "tau reads lower than greedy; this is what the pair gives when sampling, not a fault")
+        return [r | {"verdict": "info", "detail": expected if r["configured"] else r["detail"]}
+                if r["verdict"] in ("fault", "unresolved", "ok") else r for r in rows]
 
 
 def thinking_text(target: Target, prompt: str, enable: bool | None) -> str:
@@ -515,9 +574,9 @@ def load_prompts(spec: str | None, limit: int) -> list[str]:
     return prompts[:limit]
 
 
-def faults(report: dict) -> list[str]:
-    """Checks whose verdict is fault, in check order."""
-    return [r["check"] for r in report["rows"] if r["configured"] and r["verdict"] == "fault"]
+def faults(report: dict, verdict: str = "fault") -> list[str]:
+    """Checks whose verdict is `verdict` (fault), in check order."""
+    return [r["check"] for r in report["rows"] if r["configured"] and r["verdict"] == verdict]
 
 
 def cells(r: dict) -> list[str]:
@@ -527,7 +586,12 @@ def cells(r: dict) -> list[str]:
     return [r["check"], r["variant"], tau, engine, pos, r["verdict"], r["detail"]]
 
 
-HEADERS = ["check", "variant", "tau", "engine tau", "per-position acceptance", "verdict", "detail"]
+HEADERS = ["check", "variant", "tau_est", "engine tau", "per-position acceptance", "verdict", "detail"]
+# what the two tau columns are (every report says it under its table)
+TAU_LEGEND = ("tau_est: 1 + the mean accepted run of the arm's drafter at every anchor of the greedy continuation "
+              "(what verdicts compare); engine tau: tokens per verify step of the engine's own run, whose anchors "
+              "follow rejections, so it reads lower; train_serve sets the engine's tau against tau_est at the "
+              "engine's own anchors")
 
 
 def _identity_lines(report: dict) -> list[str]:
@@ -537,7 +601,8 @@ def _identity_lines(report: dict) -> list[str]:
             f"drafter {i['drafter']} K={i['k']} {i['drafter_path']} config sha256 {i['drafter_config_sha256']}",
             f"{len(s['prompts'])} prompts, {s['max_new_tokens']} new tokens, {'raw' if s['raw'] else 'chat template'}"
             f", temperature {s['temperature']:g}; {i['backend']} ({i['device']}); {v}",
-            f"faults: {', '.join(faults(report)) or 'none'} · {report['wall_s']} s"]
+            f"faults: {', '.join(faults(report)) or 'none'} · unresolved (more prompts would tell): "
+            f"{', '.join(faults(report, 'unresolved')) or 'none'} · {report['wall_s']} s", TAU_LEGEND]
 
 
 def to_text(report: dict) -> str:

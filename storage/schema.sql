@@ -186,6 +186,32 @@ ALTER TABLE steps ADD COLUMN state_rollback INTEGER DEFAULT 0;  -- StepTrace.sta
 ALTER TABLE runs ADD COLUMN split VARCHAR;            -- 'dev' | 'test' of a named suite (experiments.suites); NULL: none
 ALTER TABLE runs ADD COLUMN baseline_run_id VARCHAR;  -- the ar run of the same prompt and settings its speedup used
 
+-- migration 8: doctor verdicts a user can act on: 'unresolved' (a large gain inside the noise margin), 'info'
+-- (an expected difference, e.g. sampling) and 'not applicable' beside ok / fault / inconclusive
+CREATE TABLE doctor_checks_v8 (
+    report_id    VARCHAR NOT NULL,
+    idx          INTEGER NOT NULL,
+    check_name   VARCHAR NOT NULL,
+    variant      VARCHAR NOT NULL,
+    configured   BOOLEAN NOT NULL,
+    tau          DOUBLE,
+    engine_tau   DOUBLE,
+    per_position DOUBLE[] NOT NULL,
+    per_prompt   DOUBLE[] NOT NULL,
+    diff         DOUBLE,
+    margin       DOUBLE,
+    verdict      VARCHAR NOT NULL CHECK (verdict IN ('ok', 'fault', 'unresolved', 'info', 'not applicable',
+                                                     'inconclusive')),
+    detail       VARCHAR NOT NULL DEFAULT '',
+    PRIMARY KEY (report_id, idx)
+);
+INSERT INTO doctor_checks_v8 SELECT report_id, idx, check_name, variant, configured, tau, engine_tau, per_position,
+    per_prompt, diff, margin,
+    CASE WHEN verdict = 'inconclusive' AND detail LIKE 'not applicable:%' THEN 'not applicable' ELSE verdict END,
+    detail FROM doctor_checks;
+DROP TABLE doctor_checks;
+ALTER TABLE doctor_checks_v8 RENAME TO doctor_checks;
+
 -- views
 -- One row per run: the columns a run list shows, plus its number of annotations.
 CREATE OR REPLACE VIEW run_summary AS

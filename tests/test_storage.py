@@ -76,14 +76,14 @@ def test_new_file_has_schema_version_tables_views_and_labels(tmp_path: Path) -> 
     path = tmp_path / "missing" / "dir" / "h.duckdb"
     h = open_history(path)
     assert path.exists()
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "7"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION) == "8"
     names = {r[0] for r in raw(path, "SELECT table_name FROM duckdb_tables()")}
     assert {"meta", "runs", "steps", "kflat", "annotations", "labels"} <= names
     views = {r[0] for r in raw(path, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
     assert {"run_summary", "position_acceptance", "drafter_comparison", "acceptance_lengths"} <= views
     assert h.list_labels()[:2] == ["format/whitespace", "number"] and "other" in h.list_labels()
     open_history(path)  # reopening is a no-op
-    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "7"
+    assert dict(raw(path, "SELECT key, value FROM meta"))["schema_version"] == "8"
     # views are recreated when their text changed (recorded as views_sha)
     raw(path, "DROP VIEW acceptance_lengths; UPDATE meta SET value = 'old' WHERE key = 'views_sha'")
     assert open_history(path).query("SELECT count(*) AS n FROM acceptance_lengths") == [{"n": 0}]
@@ -107,12 +107,18 @@ def test_v1_file_migrates_and_keeps_its_runs(tmp_path: Path) -> None:
     assert (run["batch"], run["mesh"]) == (1, "1x1")  # v3: every earlier run was one sequence on one device
 
 
+def old_history(path: Path, version: int) -> duckdb.DuckDBPyConnection:
+    """A connection to a new history file at schema `version` (its first migrations only), to fill and close."""
+    con = duckdb.connect(str(path))
+    for sql in MIGRATIONS[:version]:
+        con.execute(sql)
+    con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(version)])
+    return con
+
+
 def test_v3_duplicate_annotations_are_merged_on_open(tmp_path: Path) -> None:
     path = tmp_path / "v3.duckdb"
-    con = duckdb.connect(str(path))
-    for sql in MIGRATIONS[:3]:
-        con.execute(sql)
-    con.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    con = old_history(path, 3)
     con.execute("INSERT INTO runs (run_id, created_at, status) VALUES ('r1', TIMESTAMP '2026-01-01', 'done')")
     con.executemany("INSERT INTO annotations (run_id, step_idx, draft_pos, label, note, created_at, updated_at) "
                     "VALUES ('r1', ?, ?, ?, ?, TIMESTAMP '2026-01-01', ?::TIMESTAMP)",

@@ -12,8 +12,10 @@ import plotly.graph_objects as go
 from experiments import doctor, suites
 
 from .. import plots
+from ..components import OpenDropdown
+from ..device import DEVICE, on_device
 from ..state import AppError, Workbench
-from .common import DEVICE, USER_ERRORS, as_int, temperature_input
+from .common import USER_ERRORS, as_int, as_temperature, temperature_input
 
 MIXED = "GSM8K + HumanEval + MT-Bench"
 MODEL_DRAFTERS = ("dflash", "eagle3")
@@ -42,21 +44,31 @@ def table(report: dict) -> list[list]:
     return [doctor.cells(r) for r in report["rows"]]
 
 
-def run_doctor(wb: Workbench, label: str, prompts: str, limit, max_new, raw: bool, temperature: float) -> tuple:
-    """Diagnose the pair, store the report; (status markdown, table rows, figure, report markdown)."""
+def run_doctor(wb: Workbench, label: str, prompts: str, limit, max_new, raw: bool, temperature: float,
+               progress: gr.Progress | None = None) -> tuple:
+    """Diagnose the pair, store the report; (status markdown, table rows, figure, report markdown). progress: one
+    tick per check, named."""
     if label not in wb.sources or label not in drafter_choices(wb):
         raise AppError(f"choose one of the DFlash / EAGLE-3 drafters: {', '.join(drafter_choices(wb)) or 'none'}")
-    n, new = as_int(limit, "prompts", 2, 64), as_int(max_new, "new tokens", 8, 512)
+    n, new = as_int(limit, "number of prompts", 2, 64), as_int(max_new, "new tokens per prompt", 8, 512)
+    temperature = as_temperature(temperature)
     texts = doctor.load_prompts(None if prompts == MIXED else prompts, n)
     doc = _DOCTORS.get(id(wb.target))
     if doc is None or doc.max_new_tokens != new:
         doc = _DOCTORS[id(wb.target)] = doctor.Doctor(wb.target, max_new_tokens=new)
-    report = doc.diagnose(wb.sources[label], texts, raw=bool(raw), temperature=float(temperature or 0.0),
-                          k=wb.default_k.get(label))
+    def on_check(i: int, n_checks: int, check: str) -> None:
+        if progress is not None:
+            progress((i, n_checks), desc=f"check {i + 1}/{n_checks}: {check} ({len(texts)} prompts)", unit="checks")
+
+    report = doc.diagnose(wb.sources[label], texts, raw=bool(raw), temperature=temperature,
+                          k=wb.default_k.get(label), on_check=on_check)
     report["report_id"] = wb.history.write_doctor_report(report)
-    found = doctor.faults(report)
-    status = (f"**{'faults: ' + ', '.join(found) if found else 'no fault found'}** · {len(texts)} prompts, "
-              f"{new} new tokens, {report['wall_s']} s · stored as report `{report['report_id']}`")
+    found, open_ = doctor.faults(report), doctor.faults(report, "unresolved")
+    status = (f"**{'faults: ' + ', '.join(found) if found else 'no fault found'}**"
+              + (f" · **unresolved: {', '.join(open_)}** (a large gain inside the noise: more prompts would tell)"
+                 if open_ else "")
+              + f" · {len(texts)} prompts, {new} new tokens, {report['wall_s']} s · stored as report "
+                f"`{report['report_id']}`\n\n{doctor.TAU_LEGEND}")
     return status, table(report), figure(report), doctor.to_markdown(report)
 
 
@@ -64,10 +76,12 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the Diagnose tab and wire its events."""
     gr.Markdown("Tests the loaded target with a drafter for the known causes of low acceptance: chat template, "
                 "thinking mode, tap layers, mask token, shared head, dtype, RoPE, train/serve agreement and "
-                "temperature. A variant that accepts clearly more (beyond the prompt-to-prompt noise) is a fault.")
+                "temperature. A variant that accepts clearly more (beyond the prompt-to-prompt noise) is a fault; "
+                "a gain of 0.1 tau or more inside the noise is unresolved, with the number of prompts that would "
+                "tell; sampling's lower acceptance is info; a check that cannot apply says not applicable.")
     choices = drafter_choices(wb)
     with gr.Row():
-        drafter = gr.Dropdown(choices=choices, value=choices[0] if choices else None, label="drafter",
+        drafter = OpenDropdown(choices=choices, value=choices[0] if choices else None, label="drafter",
                               elem_id="diag-drafter")
         prompts = gr.Dropdown(choices=[MIXED, *suites.SUITES], value=MIXED, label="prompts", elem_id="diag-prompts")
         limit = gr.Number(value=12, precision=0, label="number of prompts", elem_id="diag-limit")
@@ -76,17 +90,19 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
         raw = gr.Checkbox(value=False, label="served on raw prompts (no chat template)", elem_id="diag-raw")
         temperature = temperature_input("diag-temperature")
         run = gr.Button("Run the doctor", variant="primary", elem_id="diag-run")
-    status = gr.Markdown(elem_id="diag-status")
-    rows = gr.Dataframe(headers=doctor.HEADERS, label="report", interactive=False, wrap=True, elem_id="diag-table")
-    plot = gr.Plot(elem_id="diag-plot")
+    status = gr.Markdown(label="status", elem_id="diag-status")
+    rows = gr.Dataframe(headers=doctor.HEADERS, label="report", interactive=False, wrap=True, elem_id="diag-table",
+                        max_height=900, column_widths=["9%", "13%", "6%", "6%", "14%", "8%", "44%"])
+    plot = gr.Plot(label="per-position acceptance per variant", show_label=False, elem_id="diag-plot")
     markdown = gr.Code(label="report as Markdown (paste into an issue)", language="markdown", elem_id="diag-md")
 
-    def go_run(drafter, prompts, limit, max_new_tokens, raw_prompt, temperature):  # API names
+    def go_run(drafter, prompts, limit, max_new_tokens, raw_prompt, temperature, request: gr.Request,  # API names
+               progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
         try:
-            return run_doctor(wb, drafter, prompts, limit, max_new_tokens, raw_prompt, temperature)
+            return run_doctor(wb, drafter, prompts, limit, max_new_tokens, raw_prompt, temperature, progress)
         except (*USER_ERRORS, doctor.DoctorError, suites.SuiteError) as e:
             return f"**error:** {e}", gr.update(), gr.update(), gr.update()
 
-    run.click(go_run, [drafter, prompts, limit, max_new, raw, temperature], [status, rows, plot, markdown],
-              api_name="diagnose", **DEVICE)
+    run.click(on_device(wb, "the drafter doctor", go_run), [drafter, prompts, limit, max_new, raw, temperature],
+              [status, rows, plot, markdown], api_name="diagnose", **DEVICE)
     tab.select(lambda: gr.update(choices=drafter_choices(wb)), None, [drafter], api_visibility="private")
