@@ -6,6 +6,8 @@ samples are drawn as grey rings off the curves, and every point's marker grows w
 
 from __future__ import annotations
 
+import textwrap
+import zlib
 from collections import defaultdict
 
 import plotly.graph_objects as go
@@ -19,7 +21,29 @@ LAYOUT = dict(template="plotly_white", height=420, margin=dict(l=60, r=20, t=60,
 # One colour per drafter in every figure (a checkpoint directory label gets a stable colour from its name).
 DRAFTER_COLOURS = {"ar": "#6b7280", "ngram": "#2563eb", "dflash": "#dc2626", "eagle3": "#059669"}
 SPARE_COLOURS = ["#7c3aed", "#d97706", "#0891b2", "#db2777", "#65a30d", "#4f46e5"]
-SPEEDUP_MODEL = "speedup(K) = tau(K) / ((draft(K) + verify(K)) / ar step),  ar step = verify(K=1)"
+SPEEDUP_MODEL = "speedup(K) = tau(K) / ((draft(K) + verify(K)) / ar step)"
+SUBTITLE_CHARS = 64  # a subtitle line that fits a half-width plot; longer ones wrap
+# One marker and dash per suite, so two suites of one drafter (one colour) stay apart.
+SUITE_STYLES = {"gsm8k": ("circle", "solid"), "humaneval": ("square", "dash"), "mtbench": ("diamond", "dot")}
+OTHER_SUITE_STYLE = ("triangle-up", "dashdot")  # no suite, or another one
+NO_SUITE_STYLE = ("x", "longdash")
+SUITE_PATTERNS = {"gsm8k": "", "humaneval": "/", "mtbench": "."}  # the bars' fill per suite ("x": any other)
+
+
+def subtitled(title: str, *lines: str) -> str:
+    """A title with subtitle lines, each wrapped to SUBTITLE_CHARS so that none is cut at the plot's edge."""
+    wrapped = [part for line in lines for part in textwrap.wrap(line, SUBTITLE_CHARS)]
+    return title + "".join(f"<br><sup>{part}</sup>" for part in wrapped)
+
+
+def stable_colour(name: str) -> str:
+    """A colour from the spare palette fixed by the name alone, so adding a series never recolours the others."""
+    return SPARE_COLOURS[zlib.crc32(name.encode()) % len(SPARE_COLOURS)]
+
+
+def suite_style(suite: str | None) -> tuple[str, str]:
+    """(marker symbol, line dash) of a suite's series."""
+    return NO_SUITE_STYLE if not suite else SUITE_STYLES.get(suite, OTHER_SUITE_STYLE)
 
 
 def _figure(title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
@@ -41,9 +65,7 @@ def empty_figure(title: str, note: str) -> go.Figure:
 
 def drafter_colour(drafter: str) -> str:
     """The colour a drafter has in every plot."""
-    if drafter in DRAFTER_COLOURS:
-        return DRAFTER_COLOURS[drafter]
-    return SPARE_COLOURS[sum(map(ord, drafter)) % len(SPARE_COLOURS)]
+    return DRAFTER_COLOURS.get(drafter) or stable_colour(drafter)
 
 
 def marker_sizes(counts: list[int], biggest: int) -> list[float]:
@@ -52,16 +74,17 @@ def marker_sizes(counts: list[int], biggest: int) -> list[float]:
 
 
 def add_counted_points(fig: go.Figure, x: list, y: list, counts: list[int], biggest: int, name: str,
-                       hover: str, colour: str | None = None) -> None:
-    """One curve through the points with at least MIN_SAMPLES samples (in `colour`), and the others as grey rings
-    off it; marker size and hover show each point's sample count n."""
+                       hover: str, colour: str | None = None, style: tuple[str, str] = ("circle", "solid")) -> None:
+    """One curve through the points with at least MIN_SAMPLES samples (in `colour`, with style's marker symbol and
+    line dash), and the others as grey rings off it; marker size and hover show each point's sample count n."""
     well = [i for i, n in enumerate(counts) if n >= MIN_SAMPLES]
     few = [i for i, n in enumerate(counts) if n < MIN_SAMPLES]
     template = f"{hover}<br>n=%{{customdata}}<extra>{name}</extra>"
     trace = go.Scatter(x=[x[i] for i in well], y=[y[i] for i in well], mode="lines+markers", name=name,
                        legendgroup=name, customdata=[counts[i] for i in well], hovertemplate=template,
-                       marker=dict(size=marker_sizes([counts[i] for i in well], biggest), color=colour),
-                       line=dict(color=colour))
+                       marker=dict(size=marker_sizes([counts[i] for i in well], biggest), color=colour,
+                                   symbol=style[0]),
+                       line=dict(color=colour, dash=style[1]))
     fig.add_trace(trace)
     if few:
         fig.add_trace(go.Scatter(x=[x[i] for i in few], y=[y[i] for i in few], mode="markers", legendgroup=name,
@@ -70,7 +93,7 @@ def add_counted_points(fig: go.Figure, x: list, y: list, counts: list[int], bigg
                                  hovertemplate=f"{hover}<br>n=%{{customdata}} (under {MIN_SAMPLES}: unreliable)"
                                                f"<extra>{name}</extra>",
                                  marker=dict(size=marker_sizes([counts[i] for i in few], biggest), color="white",
-                                             line=dict(color=GREY, width=1.5))))
+                                             symbol=style[0], line=dict(color=GREY, width=1.5))))
 
 
 def kflat_figure(sweeps: dict[str, list[dict]]) -> go.Figure:
@@ -79,13 +102,13 @@ def kflat_figure(sweeps: dict[str, list[dict]]) -> go.Figure:
         return empty_figure("K-Flat: verify latency vs K", "run a sweep or pick stored sweeps")
     fig = _figure("K-Flat: verify latency vs K", "K (drafted tokens per block, log scale)", "ms per step", log_x=True)
     for label, rows in sweeps.items():
-        rows = sorted(rows, key=lambda r: r["k"])
+        rows, colour = sorted(rows, key=lambda r: r["k"]), stable_colour(label)
         fig.add_trace(go.Scatter(x=[r["k"] for r in rows], y=[r["verify_ms"] for r in rows], mode="lines+markers",
-                                 name=f"verify · {label}", legendgroup=label))
+                                 name=f"verify · {label}", legendgroup=label, line=dict(color=colour)))
         drafts = [r for r in rows if r.get("draft_ms") is not None]
         if drafts:
             fig.add_trace(go.Scatter(x=[r["k"] for r in drafts], y=[r["draft_ms"] for r in drafts],
-                                     mode="lines+markers", line=dict(dash="dash"),
+                                     mode="lines+markers", line=dict(dash="dash", color=colour),
                                      name=f"draft ({drafts[0].get('drafter') or 'drafter'}) · {label}",
                                      legendgroup=label))
     return fig
@@ -132,11 +155,11 @@ def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source:
     """Predicted speedup vs K per sweep from `drafter`'s measured survival curve; the best K is starred. A sweep
     that timed this drafter's draft step counts it (solid); any other is a verify-only estimate (dotted, so named).
     measured: the drafter's speedups from stored runs ({k, speedup, n_pairs}), drawn as points sized by count."""
-    title = f"Predicted speedup vs K<br><sup>{SPEEDUP_MODEL}<br>acceptance: {source}</sup>"
+    title = subtitled("Predicted speedup vs K", SPEEDUP_MODEL, "ar step = verify(K=1)", f"acceptance: {source}")
     if not sweeps or not survival:
         return empty_figure(title, "needs a sweep and stored runs of the chosen drafter")
     fig = _figure(title, "K (log scale)", "predicted speedup over ar", log_x=True)
-    fig.update_layout(margin=dict(t=95))
+    fig.update_layout(margin=dict(t=40 + 18 * title.count("<br>")))
     top = 1.0
     for label, rows in sweeps.items():
         with_draft = times_drafter(rows, drafter)
@@ -147,7 +170,8 @@ def speedup_figure(sweeps: dict[str, list[dict]], survival: list[float], source:
             f"{label} · verify only: drafting cost left out"
         top = max([top] + [p["speedup"] for p in pred])
         fig.add_trace(go.Scatter(x=[p["k"] for p in pred], y=[p["speedup"] for p in pred], mode="lines+markers",
-                                 name=name, line=dict(dash="solid" if with_draft else "dot"),
+                                 name=name, line=dict(dash="solid" if with_draft else "dot",
+                                                      color=stable_colour(label)),
                                  customdata=[[p["tau"], p["draft_ms"], p["cost"]] for p in pred],
                                  hovertemplate="K=%{x}<br>speedup %{y:.2f}×<br>tau %{customdata[0]:.2f}"
                                                "<br>draft %{customdata[1]:.2f} ms"
@@ -201,7 +225,8 @@ def position_figure(rows: list[dict], column: str, title: str) -> go.Figure:
     for label, rs in groups.items():
         rs = sorted((r for r in rs if r[column] is not None), key=lambda r: r["i"])
         add_counted_points(fig, [r["i"] for r in rs], [r[column] for r in rs], [r[count] for r in rs], biggest,
-                           label, "i=%{x}<br>%{y:.3f}", drafter_colour(rs[0]["drafter"]) if rs else None)
+                           label, "i=%{x}<br>%{y:.3f}", drafter_colour(rs[0]["drafter"]) if rs else None,
+                           suite_style(rs[0].get("suite")) if rs else suite_style(None))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(range=[-0.05, 1.05])
     return fig
@@ -223,6 +248,7 @@ def length_histogram(rows: list[dict]) -> go.Figure:
         rs = sorted(rs, key=lambda r: r["accepted"])
         fig.add_trace(go.Bar(x=[r["accepted"] for r in rs], y=[r["n_steps"] / total for r in rs], name=label,
                              marker_color=drafter_colour(rs[0]["drafter"]),
+                             marker_pattern_shape=SUITE_PATTERNS.get(rs[0].get("suite") or "", "x"),
                              customdata=[r["n_steps"] for r in rs],
                              hovertemplate="accepted=%{x}<br>%{y:.3f} (%{customdata} steps)<extra></extra>"))
     fig.update_layout(barmode="group")

@@ -7,6 +7,8 @@ from collections import Counter, defaultdict
 from engine.decode import cache_len_for
 from storage import History
 
+from .render import drafter_k
+
 NO_SUITE = "(no suite)"
 ALL = "(all)"
 
@@ -105,8 +107,9 @@ def run_choices(h: History, only_rejections: bool = False, limit: int = 200) -> 
     having = "WHERE drafted > accepted" if only_rejections else ""
     rows = h.query(f"SELECT run_id, created_at, drafter, k, status, prompt_preview FROM run_summary {having} "
                    "ORDER BY created_at DESC, run_id DESC LIMIT ?", [limit])
-    return [(f"{r['created_at']:%m-%d %H:%M:%S} · {r['drafter']} K={r['k']} · {r['status']} · "
-             f"{(r['prompt_preview'] or '')[:40]}", r["run_id"]) for r in rows]
+    return [(f"{r['created_at']:%m-%d %H:%M:%S} · {drafter_k(r['drafter'], r['k'])} · {r['status']} · "
+             f"{(r['prompt_preview'] or '')[:40]} · …{r['run_id'][-8:]}", r["run_id"]) for r in rows]
+
 
 
 AR_MATCH_KEYS = ("target", "dtype", "device_kind", "mesh", "batch", "temperature", "top_p", "seed", "max_new_tokens")

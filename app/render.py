@@ -216,6 +216,11 @@ class LiveView:
         return self.head + "".join(self.parts) + (VIEW_END if done else "")
 
 
+def drafter_k(drafter: str, k: int | None) -> str:
+    """'ngram K=4', or the drafter alone where it drafts nothing (ar: no K, not K=0)."""
+    return f"{drafter} K={k}" if k else drafter
+
+
 def message_html(text: str, kind: str = "info") -> str:
     """A status line (escaped); kind 'error' shows it in red."""
     colour = {"error": "#b91c1c", "warn": "#b45309"}.get(kind, "#374151")
@@ -259,7 +264,7 @@ def run_html(run: dict, clickable: bool = False, annotated: Iterable[tuple[int, 
     """A stored run (History.get_run): what it was, its stats (with its speedup over ar and what that is against),
     its block view replayed and its plain output."""
     s = run.get("settings") or {}
-    facts = [f"run {run.get('run_id')}", f"{s.get('drafter')} K={s.get('k')}", f"T={s.get('temperature')}",
+    facts = [f"run {run.get('run_id')}", drafter_k(str(s.get('drafter')), s.get('k')), f"T={s.get('temperature')}",
              f"status {run.get('status')}", f"{run.get('created_at'):%Y-%m-%d %H:%M:%S} UTC"
              if run.get("created_at") else ""]
     if s.get("raw"):

@@ -24,6 +24,7 @@ from engine.tokenizer import template_label
 from storage import HistoryError
 
 from . import queries
+from .render import drafter_k
 from .state import Workbench
 
 T = TypeVar("T")
@@ -46,23 +47,30 @@ class Live:
     @property
     def title(self) -> str:
         """What ran: 'ngram K=4', or 'ar'."""
-        return f"{self.label} K={self.k}" if self.k else self.label
+        return drafter_k(self.label, self.k)
 
     @property
     def finished(self) -> bool:
         return self.status in ("done", "cancelled")
 
 
+class PrefillStopped(Exception):
+    """Stop was pressed while the prompt was prefilled: raised after the chunk that was running."""
+
+
 class PrefillProgress:
-    """Chunks of the prompt prefilled so far, as the engine reports them (engine.stream on_prefill)."""
+    """Chunks of the prompt prefilled so far, as the engine reports them (engine.stream on_prefill); with a stop
+    flag set, the prefill ends after the current chunk (PrefillStopped)."""
 
     POLL_S = 0.5
 
-    def __init__(self, n_prompt: int):
-        self.n_prompt, self.done, self.total, self.t0 = n_prompt, 0, 0, time.perf_counter()
+    def __init__(self, n_prompt: int, stop: threading.Event | None = None):
+        self.n_prompt, self.done, self.total, self.t0, self.stop = n_prompt, 0, 0, time.perf_counter(), stop
 
     def update(self, done: int, total: int) -> None:
         self.done, self.total = done, total
+        if self.stop is not None and self.stop.is_set() and done < total:
+            raise PrefillStopped(f"stopped while prefilling, after chunk {done}/{total}")
 
     def text(self) -> str:
         """'prefilling 6,696 prompt tokens: chunk 12/105, about 80 s left'."""
@@ -163,7 +171,7 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     settings = engine_settings(temperature, max_new_tokens, raw, template)
     compiles, seconds = engine.warm_up(wb.target, [prompt], drafter, **settings)
     warm = {"warmup_compiles": compiles, "warmup_s": seconds}
-    progress = PrefillProgress(len(wb.target.encode(prompt, raw, template)))
+    progress = PrefillProgress(len(wb.target.encode(prompt, raw, template)), stop)
     gen = engine.stream(wb.target, prompt, drafter, on_prefill=progress.update, **settings)
     meta = {"prompt": prompt, **wb.example_meta(prompt), **meta}
     if reference is not None:
@@ -171,14 +179,31 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
         if label != "ar":  # the speedup is pinned to this ar run, for good (stored_speedup)
             meta.setdefault("baseline_run_id", reference.run_id)
     steps: list[dict] = []
+    note = ""  # why a run stopped early, beside its status
     t_start = time.perf_counter()
     t_decode = t_start
+
+    def doing() -> str:  # this run's progress, for the users waiting for the device (app.device)
+        title = Live(label, [], {}, "", k=drafter.k).title
+        if not steps:
+            return f"{title}: {progress.text()}"
+        stats = live_stats(steps, time.perf_counter() - t_decode)
+        left = (max_new_tokens - stats["n_generated"]) / stats["tok_per_s"] if stats["tok_per_s"] else None
+        return (f"{title}: {stats['n_generated']}/{max_new_tokens} tokens"
+                + ("" if left is None else f", at most about {left:.0f} s left"))
+
+    if wb.device_use is not None:
+        wb.device_use.doing = doing
     try:
         while True:
             try:
                 step = (yield from first_step(gen, progress, label, drafter.k, warm)) if not steps else next(gen)
             except StopIteration as done:
                 result, status = done.value.to_dict(), "done"
+                break
+            except PrefillStopped as e:
+                result = partial_result(wb, drafter, prompt, steps, t_start, time.perf_counter(), settings)
+                status, note = "cancelled", str(e)
                 break
             except Exception as e:
                 if not steps:
@@ -204,7 +229,7 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
         meta["lossless"] = result["token_ids"] == reference.token_ids
     result["stats"] |= warm
     run_id, message = store(wb, result, status=status, **meta)
-    message = message or meta.get("error", "")
+    message = message or meta.get("error", "") or note
     yield Live(label, result["steps"], result["stats"], status, run_id, message, result["token_ids"], drafter.k)
 
 
@@ -268,6 +293,8 @@ def speedup(live: Live, reference: Reference | None) -> tuple[float | None, str]
     if reference is None or not reference.tok_per_s:
         return None, "no ar run on this prompt and settings"
     tok_per_s = live.stats.get("tok_per_s", 0.0)
+    if not tok_per_s:  # prefilling, or stopped before a token: nothing decoded to compare yet
+        return None, f"none yet: nothing decoded; the reference is {reference.note}"
     note = reference.note
     lo, hi = spread(tok_per_s, reference.rates)
     if lo is not None:

@@ -18,6 +18,8 @@ from engine.tokenizer import default_template, template_label
 from engine.weights import embedded_model_path
 from storage import History, open_history
 
+from .device import DeviceUse
+
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_EXAMPLES = [
     {"suite": "builtin", "id": "count", "prompt": "Count from 1 to 20, separated by commas."},
@@ -79,6 +81,7 @@ class Workbench:
     speedup_source: dict[str, str] = field(default_factory=dict)  # where measured_speedups() found each figure
     _cache: dict = field(default_factory=dict)
     _stops: dict[str, threading.Event] = field(default_factory=dict)
+    device_use: DeviceUse | None = None  # the handler running on the device (app.device), None when it is free
 
     @property
     def drafter_labels(self) -> list[str]:

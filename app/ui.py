@@ -7,14 +7,16 @@ import jax
 
 from .render import CSS
 from .state import Workbench
-from .tabs import acceptance, annotate, compare, diagnose, generate, history, kflat
+from .tabs import acceptance, annotate, common, compare, diagnose, generate, history, kflat
 
 
 def header(wb: Workbench) -> str:
     """Markdown line naming the target, the JAX backend and the history file."""
     t = wb.target
+    weights = (f"its {t.name.rsplit('.', 1)[-1]} GGUF weights expanded to {t.dtype}" if t.path.suffix == ".gguf"
+               else t.dtype)
     return (f"## draftscope — speculative decoding workbench\n"
-            f"target **{t.name}** ({t.dtype}, {t.cfg.num_layers} layers) · JAX backend **{jax.default_backend()}** "
+            f"target **{t.name}** ({weights}, {t.cfg.num_layers} layers) · JAX backend **{jax.default_backend()}** "
             f"({wb.hardware}) · drafters: {', '.join(wb.drafter_labels)} · history `{wb.history.path}`")
 
 
@@ -22,6 +24,7 @@ def build(wb: Workbench) -> gr.Blocks:
     """The gr.Blocks app for a loaded workbench."""
     with gr.Blocks(title="draftscope") as demo:
         gr.Markdown(header(wb), elem_id="ds-header")
+        common.device_banner(wb)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
                 prompt = generate.build(wb)

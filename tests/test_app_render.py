@@ -259,6 +259,32 @@ def test_each_drafter_has_one_colour_in_every_acceptance_plot():
     assert plots.drafter_colour("dflash") != plots.drafter_colour("eagle3")
 
 
+def test_two_suites_of_one_drafter_keep_its_colour_but_not_its_marker():
+    def pos(suite):
+        return [{"drafter": "dflash", "suite": suite, "k": 4, "temperature": 0.0, "i": i, "survival": 0.5,
+                 "conditional_acceptance": 0.5, "n_steps": 20, "n_reached": 20} for i in (1, 2)]
+
+    fig = plots.position_figure(pos("gsm8k") + pos(None), "survival", "S")
+    gsm8k, none = fig.data
+    assert gsm8k.marker.color == none.marker.color == plots.drafter_colour("dflash")
+    assert (gsm8k.marker.symbol, gsm8k.line.dash) != (none.marker.symbol, none.line.dash)
+    bars = plots.length_histogram([{"drafter": "dflash", "suite": s, "k": 4, "temperature": 0.0, "accepted": 1,
+                                    "n_steps": 5} for s in ("gsm8k", None)])
+    assert bars.data[0].marker.pattern.shape != bars.data[1].marker.pattern.shape
+
+
+def test_a_sweep_keeps_its_colour_when_another_is_added_and_subtitles_fit():
+    one = plots.kflat_figure({"cpu a": SWEEP})
+    two = plots.kflat_figure({"cpu b": SWEEP, "cpu a": SWEEP})
+    colour = {t.name: t.line.color for t in two.data}
+    assert all(colour[t.name] == t.line.color for t in one.data)
+    assert colour["verify · cpu a"] != colour["verify · cpu b"]
+    fig = plots.speedup_figure({"cpu a": SWEEP}, [0.8, 0.6, 0.4, 0.2], "dflash (checkpoints/smollm2-135m-dflash) on "
+                               "SmolLM2-135M-Instruct.Q4_1, 4,210 steps, measured to K=7", "ngram")
+    lines = re.findall(r"<sup>(.*?)</sup>", fig.layout.title.text)
+    assert len(lines) >= 3 and all(len(line) <= plots.SUBTITLE_CHARS for line in lines), lines
+
+
 def test_speedup_says_its_range_over_the_stored_ar_runs_and_when_it_is_within_noise():
     from app.runner import Live, Reference, speedup
 

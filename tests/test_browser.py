@@ -140,10 +140,12 @@ def test_temperature_typed_below_zero_is_refused_and_runs_nothing(page, app_serv
     page.fill("#gen-prompt textarea", "Name a colour.")
     page.fill("#gen-temperature input", "-1")
     try:
-        page.click("#gen-run")
-        page.wait_for_function("() => document.body.innerText.includes('Value -1 is less than minimum value 0')")
+        click_and_wait(page, "#gen-run", "#gen-status", "error: temperature must be a number in 0..2 (0 = greedy)")
         assert page.input_value("#gen-temperature input") == "-1"  # kept as typed, not clamped to greedy
         assert len(open_history(app_server[1]).list_runs()) == runs
+        # the status line says it, as for every bad input: no toast-only message, no unexplained "Error" badges
+        for output in ("#gen-view", "#gen-stats", "#gen-text", "#gen-run-id"):
+            assert "Error" not in page.inner_text(output), output
     finally:  # the page is the module's: leave it greedy
         page.fill("#gen-temperature input", "0")
 
@@ -166,6 +168,33 @@ def test_a_long_prompt_shows_its_prefill_progress(page):
     progress = [t for t in statuses if re.search(r"prefilling [0-9,]+ prompt tokens: chunk [0-9]+/26, about [0-9]+ s "
                                                  r"left", t)]
     assert progress, statuses
+
+
+def test_a_second_user_is_told_what_holds_the_device_and_for_how_long(page):
+    """While one user's run holds the device, a second user's page says what runs and about how long it has left,
+    also while the second user's own run waits for it; the first user is not told about their own run."""
+    open_tab(page, "Generate")
+    page.fill("#gen-prompt textarea", "Count from 1 to 500, separated by commas.")
+    page.fill("#gen-max input", "400")
+    other = page.context.browser.new_page(viewport={"width": 1400, "height": 1000})  # a session of its own
+    try:
+        other.set_default_timeout(600_000)
+        other.goto(page.url)
+        page.click("#gen-run")
+        other.wait_for_function("() => /another run holds the device: Generate, running [0-9]+ s; .*tokens, at most "
+                                "about [0-9]+ s left/.test(document.querySelector('#ds-device')?.innerText || '')")
+        assert page.inner_text("#ds-device").strip() == ""  # the run's own user
+        other.fill("#gen-prompt textarea", "Name a colour.")
+        other.fill("#gen-max input", "4")
+        other.click("#gen-run")
+        other.wait_for_timeout(2500)  # two refreshes of the line while the second run is queued
+        assert "another run holds the device: Generate" in other.inner_text("#ds-device")
+        page.click("#gen-stop")
+        wait_text(page, "#gen-status", "stopped after", ended=True)
+        wait_text(other, "#gen-status", "stored as run", ended=True)
+        other.wait_for_function("() => (document.querySelector('#ds-device')?.innerText || '').trim() === ''")
+    finally:
+        other.close()
 
 
 def test_markup_in_prompt_stays_text(page, shots):
@@ -283,6 +312,32 @@ def test_history_replays_the_run(page, shots, generated):
     prompt = row.locator("[role=gridcell]").nth(headers.index("prompt"))
     assert "12 plus 7" in prompt.inner_text() and prompt.evaluate(TEXT_IN_VIEW, "#hist-table")
     shot(page, shots / "6-history.png")
+
+
+def test_labels_say_what_they_are(page, generated):
+    """The header names the GGUF expansion; a template box with nothing to set is locked; History's headers fit,
+    ar has no K, the run list names each run's id; plots carry their figure titles, not Gradio's "Plot"."""
+    header = page.inner_text("#ds-header")
+    assert "Q4_1 GGUF weights expanded to float32" in header, header
+    open_tab(page, "Generate")
+    assert page.locator("#gen-template textarea, #gen-template input").first.is_disabled()
+    assert "nothing to set" in page.inner_text("#gen-template")
+    open_tab(page, "History")
+    page.fill("#hist-text textarea, #hist-text input", "12 plus 7")
+    page.click("#hist-search")
+    page.wait_for_selector("#hist-table [role=row] >> text=ar")
+    headers = [h.strip() for h in page.locator("#hist-table thead th").all_inner_texts()]
+    assert "acc. rate" in headers and all("\n" not in h for h in headers), headers
+    ar_row = page.locator("#hist-table [role=row]").filter(has_text="12 plus 7").filter(
+        has=page.locator("[role=gridcell]", has_text=re.compile(r"^ar$"))).first
+    assert ar_row.locator("[role=gridcell]").nth(headers.index("K")).inner_text().strip() in ("", "-")
+    page.click("#hist-run input")
+    option = page.get_by_role("option").first.inner_text()
+    assert re.search(r"· …[0-9a-f-]{8}$", option) and " K=0" not in option, option
+    page.keyboard.press("Escape")
+    open_tab(page, "K-Flat")
+    for plot in ("#kf-plot", "#kf-speedup"):
+        assert "Plot" not in page.inner_text(plot).split("\n")[:1], page.inner_text(plot)[:80]
 
 
 def wait_picked(page, step: str, pos: str) -> None:

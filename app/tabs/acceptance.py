@@ -7,6 +7,7 @@ import gradio as gr
 from storage import drafter_label
 
 from .. import plots, queries
+from ..components import OpenDropdown
 from ..state import Workbench
 
 SUMMARY_COLUMNS = ["drafter", "dtype", "suite", "k", "temperature", "batch", "n_runs", "n_timed", "tau", "tau_std",
@@ -36,20 +37,20 @@ def views(wb: Workbench, target: str | None, drafters: list[str] | None, suite: 
 def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the Acceptance tab and wire its events."""
     with gr.Row():
-        target = gr.Dropdown(choices=[wb.target.name], value=wb.target.name, label="target", allow_custom_value=True)
-        drafters = gr.Dropdown(choices=[], multiselect=True, label="drafters (empty: all)", allow_custom_value=True)
-        suite = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="suite", allow_custom_value=True)
+        target = OpenDropdown(choices=[wb.target.name], value=wb.target.name, label="target")
+        drafters = OpenDropdown(choices=[], multiselect=True, label="drafters (empty: all)")
+        suite = OpenDropdown(choices=[queries.ALL], value=queries.ALL, label="suite")
         refresh = gr.Button("Refresh")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS,
                          label="finished runs per drafter / suite / K (n_runs: distinct runs, an identical repeat "
                                "counted once; n_timed: every timed run)",
                          interactive=False)
     with gr.Row():
-        survival = gr.Plot(elem_id="acc-survival")
-        conditional = gr.Plot()
+        survival = gr.Plot(label="survival by block position", show_label=False, elem_id="acc-survival")
+        conditional = gr.Plot(label="conditional acceptance", show_label=False, elem_id="acc-conditional")
     with gr.Row():
-        lengths = gr.Plot()
-        calibration = gr.Plot()
+        lengths = gr.Plot(label="accepted length per step", show_label=False, elem_id="acc-lengths")
+        calibration = gr.Plot(label="drafter calibration", show_label=False, elem_id="acc-calibration")
     outputs = [survival, conditional, lengths, calibration, table]
 
     def show(target, drafters, suite):

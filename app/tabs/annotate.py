@@ -10,6 +10,7 @@ import gradio as gr
 from storage import export_annotations
 
 from .. import queries
+from ..components import OpenDropdown
 from ..render import message_html, run_html, target_agrees
 from ..state import AppError, Workbench
 from .common import USER_ERRORS
@@ -116,41 +117,40 @@ def export(wb: Workbench, folder: str, label: str | None, drafter: str | None) -
 
 def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the Annotate tab and wire its events."""
-    run = gr.Dropdown(choices=[], label="run (only runs with rejected tokens)", elem_id="ann-run",
-                      allow_custom_value=True)
+    run = OpenDropdown(choices=[], label="run (only runs with rejected tokens)", elem_id="ann-run")
     gr.Markdown("Click a rejected (struck-through) token to pick it, or choose it from the list. The drafts after a "
                 "step's rejection were never verified: offer them too only when you mean to label those.")
     unverified = gr.Checkbox(value=False, label="also offer unverified drafts (after each step's rejection)",
                              elem_id="ann-unverified")
-    view = gr.HTML(elem_id="ann-view", js_on_load=PICK_JS)
+    view = gr.HTML(label="run view", elem_id="ann-view", js_on_load=PICK_JS)
     with gr.Row():
-        token = gr.Dropdown(choices=[], label="rejected token (step:pos)", elem_id="ann-token", scale=3,
-                            allow_custom_value=True)
+        token = OpenDropdown(choices=[], label="rejected token (step:pos)", elem_id="ann-token", scale=3)
         labels = wb.history.list_labels()
-        label = gr.Dropdown(choices=labels, value=labels[0] if labels else None, label="label", elem_id="ann-label")
+        label = OpenDropdown(choices=labels, value=labels[0] if labels else None, label="label", elem_id="ann-label")
         note = gr.Textbox(label="note", elem_id="ann-note", scale=2)
     with gr.Row():
         save = gr.Button("Save annotation", variant="primary", elem_id="ann-save")
         new_label = gr.Textbox(label="new label", scale=2)
         add_label = gr.Button("Add label")
-    status = gr.HTML(elem_id="ann-status")
+    status = gr.HTML(label="status", elem_id="ann-status")
     with gr.Accordion("annotations", open=True):
         only_run = gr.Checkbox(value=False, label="only this run")
-        listing = gr.Dataframe(headers=ANN_COLUMNS, interactive=False, elem_id="ann-table", max_height=300)
+        listing = gr.Dataframe(headers=ANN_COLUMNS, interactive=False, label="annotations", elem_id="ann-table",
+                               max_height=300)
         with gr.Row():
-            chosen = gr.Dropdown(choices=[], label="edit annotation", scale=3, allow_custom_value=True)
-            edit_label = gr.Dropdown(choices=labels, label="label")
+            chosen = OpenDropdown(choices=[], label="edit annotation", scale=3)
+            edit_label = OpenDropdown(choices=labels, label="new label")
             edit_note = gr.Textbox(label="note", scale=2)
         with gr.Row():
             update = gr.Button("Update annotation")
             delete = gr.Button("Delete annotation", variant="stop")
     with gr.Accordion("export", open=True):
         with gr.Row():
-            ex_label = gr.Dropdown(choices=[queries.ALL] + labels, value=queries.ALL, label="label")
-            ex_drafter = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="drafter", allow_custom_value=True)
+            ex_label = OpenDropdown(choices=[queries.ALL] + labels, value=queries.ALL, label="export label")
+            ex_drafter = OpenDropdown(choices=[queries.ALL], value=queries.ALL, label="drafter")
             folder = gr.Textbox(label=f"folder inside {wb.export_root} (empty: a new dated one)", elem_id="ann-folder")
             do_export = gr.Button("Export annotations", elem_id="ann-export")
-        exported = gr.HTML(elem_id="ann-exported")
+        exported = gr.HTML(label="export status", elem_id="ann-exported")
         files = gr.File(file_count="multiple", label="exported files", elem_id="ann-files", interactive=False)
 
     def lists(run_id, only_this_run):

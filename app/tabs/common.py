@@ -9,35 +9,38 @@ import gradio as gr
 import engine
 from storage import HistoryError
 
+from ..components import OpenDropdown
+from ..device import busy_text, session_key
+from ..render import message_html
 from ..state import AppError, Workbench
 
 # Errors whose message is meant for a person: shown in the UI, never a dead page.
 USER_ERRORS = (engine.GenerationError, engine.DrafterError, engine.CheckpointError, AppError, HistoryError)
-DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one run on the accelerator at a time
 DEFAULT_MAX_NEW = 128  # max new tokens every tab starts from
 
 
+MAX_TEMPERATURE = 2.0
+
+
 def temperature_input(elem_id: str) -> gr.Number:
-    """The temperature field: a number box in 0..2 (a slider's box would clamp a typed -1 to 0 and run greedy).
+    """The temperature field: a number box (a slider's box would clamp a typed -1 to 0 and run greedy). Its range is
+    checked by as_temperature in the tab's own handler, so a value out of range is an "error: ..." status line like
+    every other bad input, not a toast and red badges."""
+    return gr.Number(value=0.0, step=0.05, label=f"temperature (0 = greedy, at most {MAX_TEMPERATURE:g})",
+                     elem_id=elem_id)
 
-    An out-of-range value, typed or sent through the API, is refused with Gradio's message before anything runs,
-    and logged as one line (the stock gr.Error is logged with a whole traceback)."""
-    field = gr.Number(value=0.0, minimum=0.0, maximum=2.0, step=0.05, label="temperature (0 = greedy, at most 2)",
-                      elem_id=elem_id)
-    check = field.preprocess
 
-    def preprocess(payload: float | None) -> float:
-        try:
-            if payload is None:
-                raise gr.Error("temperature is empty: give a number in 0..2 (0 = greedy)")
-            return check(payload)
-        except gr.Error as e:
-            e.print_exception = False
-            print(f"draftscope: refused temperature = {payload!r}: {e.message}", flush=True)
-            raise
-
-    field.preprocess = preprocess
-    return field
+def as_temperature(value: Any) -> float:
+    """A temperature in 0..MAX_TEMPERATURE, else an AppError naming the field."""
+    if value is None or str(value).strip() == "":
+        raise AppError(f"temperature is empty: give a number in 0..{MAX_TEMPERATURE:g} (0 = greedy)")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0.0 <= number <= MAX_TEMPERATURE:
+        raise AppError(f"temperature must be a number in 0..{MAX_TEMPERATURE:g} (0 = greedy), got {value!r}")
+    return number
 
 
 def output_text(wb: Workbench, steps: list[dict]) -> str:
@@ -83,9 +86,9 @@ def default_note(wb: Workbench) -> str:
     return f"preselected: {best}, {speedup:.2f}x over ar at K={k}, from {wb.speedup_source[best]}"
 
 
-def drafter_dropdown(wb: Workbench, **kw) -> gr.Dropdown:
+def drafter_dropdown(wb: Workbench, **kw) -> OpenDropdown:
     """A dropdown of the loaded drafters, the best one preselected, saying where that choice came from."""
-    return gr.Dropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter",
+    return OpenDropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter",
                        **{"info": default_note(wb)} | kw)
 
 
@@ -96,15 +99,24 @@ def example_table(wb: Workbench, prompt: gr.Textbox) -> gr.Examples:
                        examples_per_page=6)
 
 
-def session_of(request: gr.Request | None) -> str:
-    """The browser session's key (API calls without a session share one)."""
-    return (request.session_hash if request is not None else None) or "api"
-
-
 def wire_stop(wb: Workbench, button: gr.Button, api_name: str | None = None) -> None:
-    """A Stop button: the session's running generation ends after its step and is stored as cancelled."""
+    """A Stop button: the session's running generation ends after its step (or, prefilling, after its prompt chunk)
+    and is stored as cancelled."""
     def stop_run(request: gr.Request) -> None:
-        if wb.request_stop(session_of(request)):
-            gr.Info("stopping after the current step; the run is stored as cancelled")
+        if wb.request_stop(session_key(request)):
+            gr.Info("stopping after the current step or prompt chunk; the run is stored as cancelled")
 
     button.click(stop_run, None, None, api_name=api_name, api_visibility="public" if api_name else "private")
+
+
+def device_banner(wb: Workbench) -> None:
+    """A status line under the header, refreshed every second outside the queue: what holds the device when
+    another session's run does, and about how long it has left (empty otherwise). A run started meanwhile waits in
+    Gradio's queue; this line says for what."""
+    line = gr.HTML(elem_id="ds-device")
+
+    def refresh(request: gr.Request):
+        text = busy_text(wb.device_use, session_key(request))
+        return message_html(text, "warn") if text else ""
+
+    gr.Timer(1.0).tick(refresh, None, line, queue=False, show_progress="hidden", api_visibility="private")

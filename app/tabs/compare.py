@@ -15,6 +15,8 @@ import gradio as gr
 
 from engine.tokenizer import default_template
 
+from ..components import DrafterChecks
+from ..device import DEVICE, on_device, session_key
 from ..render import LiveView, message_html, plain_html, stats_html
 from ..runner import (
     ar_rates,
@@ -29,17 +31,16 @@ from ..runner import (
 from ..state import AppError, Workbench
 from .common import (
     DEFAULT_MAX_NEW,
-    DEVICE,
     USER_ERRORS,
     as_int,
+    as_temperature,
     best_drafter,
     example_table,
     output_text,
-    session_of,
     temperature_input,
     wire_stop,
 )
-from .generate import MAX_NEW, status_of
+from .generate import MAX_NEW, baseline_status, status_of
 
 SLOTS = 4
 
@@ -61,16 +62,6 @@ def verdict(speedups: dict[str, float], ar_rates: list[float]) -> str:
     return f"no winner: {best} ({top:.2f}x ar) and {second} ({runner_up:.2f}x) differ by less than {band}"
 
 
-class DrafterChecks(gr.CheckboxGroup):
-    """The drafters to compare, as checkboxes. Labels pass through unchecked and compare() refuses one that is not
-    loaded, so a drafter loaded by path after the page was built (absent from the choices here) compares too."""
-
-    is_template = True  # rendered as the CheckboxGroup it is
-
-    def preprocess(self, payload: list[str] | None) -> list[str]:
-        return list(payload or [])
-
-
 def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature: float, max_new,
             request: gr.Request | None = None) -> Iterator[list]:
     """Run each drafter in turn (ar first), streaming every slot's header, block view and plain output. K None:
@@ -83,8 +74,7 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
         return [status, *shown, *heads, *views, *texts]
 
     def ar_progress(live):
-        running = message_html(f"running the ar baseline for the speedups: step {len(live.steps)} …")
-        return out(running if live.status == "running" else status_of(live))
+        return out(baseline_status(live, labels[0]))
 
     try:
         order = {label: i for i, label in enumerate(wb.drafter_labels)}  # the checkboxes' order, ar first
@@ -93,11 +83,12 @@ def compare(wb: Workbench, prompt: str, labels: list[str] | None, k, temperature
             raise AppError(f"pick 2 to {SLOTS} drafters to compare, not {len(labels)}")
         k = None if not str(k if k is not None else "").strip() else k  # checked against each drafter below
         max_new = as_int(max_new, "max new tokens", 1, MAX_NEW)
+        temperature = as_temperature(temperature)
         if not (prompt or "").strip():
             raise AppError("the prompt is empty: type some text to generate from")
         for label in labels:  # a K some drafter refuses stops here, before anything runs
             wb.drafter(label, k)
-        stop = wb.stop_event(session_of(request))
+        stop = wb.stop_event(session_key(request))
         group, template = uuid.uuid4().hex, default_template(wb.target.tokenizer)
         reference = None if "ar" in labels else stored_reference(wb, prompt, temperature, max_new, template=template)
         if reference is None and "ar" not in labels:
@@ -154,21 +145,21 @@ def build(wb: Workbench, tab: gr.Tab, generate_prompt: gr.Textbox) -> None:
             with gr.Row():
                 run = gr.Button("Compare", variant="primary", elem_id="cmp-run")
                 stop = gr.Button("Stop", variant="stop")
-    status = gr.HTML(elem_id="cmp-status")
+    status = gr.HTML(label="status", elem_id="cmp-status")
     columns, heads, views, texts = [], [], [], []
     with gr.Row():
         for i in range(SLOTS):
             with gr.Column(visible=False, min_width=240) as column:
-                heads.append(gr.HTML(elem_id=f"cmp-head-{i}"))
-                texts.append(gr.HTML(elem_id=f"cmp-text-{i}"))
-                views.append(gr.HTML(elem_id=f"cmp-view-{i}"))
+                heads.append(gr.HTML(label=f"slot {i + 1} stats", elem_id=f"cmp-head-{i}"))
+                texts.append(gr.HTML(label=f"slot {i + 1} output text", elem_id=f"cmp-text-{i}"))
+                views.append(gr.HTML(label=f"slot {i + 1} block view", elem_id=f"cmp-view-{i}"))
             columns.append(column)
 
     def start(prompt, drafters, k, temperature, max_new_tokens, request: gr.Request):
         yield from compare(wb, prompt, drafters, k, temperature, max_new_tokens, request)
 
-    run.click(start, [prompt, labels, k, temperature, max_new], [status, *columns, *heads, *views, *texts],
-              api_name="compare", **DEVICE)
+    run.click(on_device(wb, "Compare", start), [prompt, labels, k, temperature, max_new],
+              [status, *columns, *heads, *views, *texts], api_name="compare", **DEVICE)
     wire_stop(wb, stop)
     taken = gr.State("")  # the Generate prompt last copied here
 

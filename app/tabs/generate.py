@@ -8,18 +8,18 @@ import gradio as gr
 
 from engine.tokenizer import check_template, default_template, parse_template, template_label, template_switches
 
+from ..device import DEVICE, on_device, session_key
 from ..render import LiveView, block_view, message_html, plain_html, stats_html
 from ..runner import Live, relay, run_reference, run_stream, speedup, stored_reference
 from ..state import AppError, Workbench
 from .common import (
     DEFAULT_MAX_NEW,
-    DEVICE,
     USER_ERRORS,
     as_int,
+    as_temperature,
     drafter_dropdown,
     example_table,
     output_text,
-    session_of,
     temperature_input,
     unavailable_md,
     wire_stop,
@@ -38,6 +38,20 @@ def status_of(live: Live) -> str:
     text = (f"{live.title}: {'stopped' if live.status == 'cancelled' else 'done'} after {n} tokens; "
             f"stored as run {live.run_id}" + (" (status cancelled)" if live.status == "cancelled" else ""))
     return message_html(text + (f" — {live.message}" if live.message else ""), "warn" if live.message else "info")
+
+
+def baseline_status(live: Live, label: str) -> str:
+    """The status while the ar baseline of a `label` run runs: its progress, then that the baseline (not the run
+    asked for) is done and `label` starts; stopped, the stored cancelled baseline."""
+    if live.status == "prefilling":
+        return message_html(f"ar baseline for the speedup: {live.message}")
+    if live.status == "running":
+        return message_html(f"running the ar baseline (it prefills the prompt too): step {len(live.steps)} …")
+    if live.status == "done":
+        return message_html(f"ar baseline done ({live.stats.get('n_generated', 0)} tokens, "
+                            f"{live.stats.get('tok_per_s', 0.0):.1f} tok/s, stored as run {live.run_id}); "
+                            f"starting {label} …")
+    return status_of(live)
 
 
 def prefill_status(wb: Workbench, label: str, prompt: str, raw: bool = False, note: str = "") -> str:
@@ -65,9 +79,9 @@ def template_field(wb: Workbench) -> dict:
     """The chat-template switches field: this target's default switches and the ones its template reads."""
     known = template_switches(wb.target.tokenizer)
     reads = "; ".join(f"{k}: {', '.join(str(v).lower() for v in vs)}" for k, vs in known.items())
-    return {"value": template_label(default_template(wb.target.tokenizer)),
+    return {"value": template_label(default_template(wb.target.tokenizer)), "interactive": bool(known),
             "info": f"name=value, comma-separated; this target's template reads {reads}" if known else
-                    "this target's chat template has no switches (thinking mode, reasoning effort)"}
+                    "this target's chat template has no switches (thinking mode, reasoning effort): nothing to set"}
 
 
 def read_template(text: str | None) -> dict:
@@ -90,17 +104,16 @@ def generate(wb: Workbench, prompt: str, label: str, k, temperature: float, max_
              request: gr.Request | None = None) -> Iterator[tuple[str, str, str, str, str, dict]]:
     """Stream (block view, stats, status, run_id, plain output, run numbers) after each verify step. raw: the
     prompt as typed, without the chat template; template_text: the template's switches ('enable_thinking=false')."""
-    stop = wb.stop_event(session_of(request))
+    stop = wb.stop_event(session_key(request))
     view, text = block_view([], prompt), plain_html("")
 
     def ar_progress(live: Live) -> tuple[str, str, str, str, str, dict]:
-        running = message_html(f"running the ar baseline (it prefills the prompt too): step {len(live.steps)} …")
-        return (view, "", running if live.status == "running" else status_of(live), live.run_id or "", text,
-                run_numbers(live, 1.0))
+        return view, "", baseline_status(live, label), live.run_id or "", text, run_numbers(live, 1.0)
 
     try:
         k = None if label == "ar" else wb.check_k(label, k)
         max_new = as_int(max_new, "max new tokens", 1, MAX_NEW)
+        temperature = as_temperature(temperature)
         template = read_template(template_text)
         problem = check_template(wb.target.tokenizer, template)
         if problem:
@@ -139,7 +152,7 @@ def build(wb: Workbench) -> gr.Textbox:
                                 elem_id="gen-prompt")
             example_table(wb, prompt)
         with gr.Column(scale=2):
-            drafter = drafter_dropdown(wb, elem_id="gen-drafter", allow_custom_value=True)
+            drafter = drafter_dropdown(wb, elem_id="gen-drafter")
             with gr.Row():
                 k = gr.Number(**k_field(wb, drafter.value), label="K: drafted tokens per step", elem_id="gen-k")
                 max_new = gr.Number(value=DEFAULT_MAX_NEW, precision=0, label="max new tokens", elem_id="gen-max")
@@ -157,7 +170,7 @@ def build(wb: Workbench) -> gr.Textbox:
                 gr.Markdown(unavailable_md(wb))
                 folder = gr.Textbox(label="load a drafter from a checkpoint directory (inside --model-root)")
                 load = gr.Button("Load drafter")
-                load_status = gr.HTML()
+                load_status = gr.HTML(label="load status")
     status = gr.HTML(label="status", elem_id="gen-status")
     stats = gr.HTML(label="stats", elem_id="gen-stats")
     with gr.Row(equal_height=False):
@@ -174,6 +187,7 @@ def build(wb: Workbench) -> gr.Textbox:
 
     inputs = [prompt, drafter, k, temperature, max_new, with_ar, raw, template]
     outputs = [view, stats, status, run_id, text, numbers]
+    start = on_device(wb, "Generate", start)
     run.click(start, inputs, outputs, api_name="generate", **DEVICE)
     prompt.submit(start, inputs, outputs, api_visibility="private", **DEVICE)
 
@@ -187,5 +201,6 @@ def build(wb: Workbench) -> gr.Textbox:
             return gr.update(), message_html(str(e), "error")
         return gr.update(choices=wb.drafter_labels, value=label), message_html(f"loaded drafter {label}")
 
-    load.click(load_dir, folder, [drafter, load_status], api_name="load_drafter", **DEVICE)
+    load.click(on_device(wb, "loading a drafter", load_dir), folder, [drafter, load_status], api_name="load_drafter",
+               **DEVICE)
     return prompt

@@ -7,13 +7,14 @@ from html import escape
 import gradio as gr
 
 from .. import queries
-from ..render import message_html, run_html
+from ..components import OpenDropdown
+from ..render import drafter_k, message_html, run_html
 from ..runner import stored_speedup
 from ..state import Workbench
 from .common import USER_ERRORS
 
 # run_id before the prompt preview, so that it stays in view on a laptop screen
-COLUMNS = ["created (UTC)", "drafter", "K", "T", "suite", "status", "tau", "acceptance", "tok/s", "tokens",
+COLUMNS = ["created (UTC)", "drafter", "K", "T", "suite", "status", "tau", "acc. rate", "tok/s", "tokens",
            "annotations", "run_id", "prompt"]
 # the short columns just wide enough for their headers, run_id and the prompt wrapping in the rest: all in view
 COLUMN_WIDTHS = ["8%", "7%", "3%", "3%", "6%", "6%", "5%", "8%", "5%", "6%", "9%", "17%", "17%"]
@@ -30,7 +31,7 @@ def table(wb: Workbench, drafter: str | None, suite: str | None, text: str | Non
     def num(value, digits):
         return None if value is None else round(value, digits)
 
-    return [[f"{r['created_at']:%m-%d %H:%M:%S}", r["drafter"], r["k"], r["temperature"], r["suite"] or "",
+    return [[f"{r['created_at']:%m-%d %H:%M:%S}", r["drafter"], r["k"] or None, r["temperature"], r["suite"] or "",
              r["status"], num(r["tau"], 2), num(r["acceptance_rate"], 3), num(r["tok_per_s"], 1), r["n_generated"],
              r["n_annotations"], r["run_id"], r["prompt_preview"]] for r in rows]
 
@@ -58,7 +59,7 @@ def compare_runs(wb: Workbench, run_ids: list[str] | None) -> str:
             cells.append(message_html(str(e), "error"))
             continue
         s = run["settings"]
-        cells.append(f"<div><h4>{escape(str(s.get('drafter')))} · K={s.get('k')}</h4>"
+        cells.append(f"<div><h4>{escape(drafter_k(str(s.get('drafter')), s.get('k')))}</h4>"
                      f"{run_html(run, speedup=stored_speedup(wb, run))}</div>")
     return f'<div class="ds-grid">{"".join(cells)}</div>'
 
@@ -66,18 +67,17 @@ def compare_runs(wb: Workbench, run_ids: list[str] | None) -> str:
 def build(wb: Workbench, tab: gr.Tab) -> None:
     """Lay out the History tab and wire its events."""
     with gr.Row():
-        drafter = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="drafter", allow_custom_value=True)
-        suite = gr.Dropdown(choices=[queries.ALL], value=queries.ALL, label="suite", allow_custom_value=True)
+        drafter = OpenDropdown(choices=[queries.ALL], value=queries.ALL, label="drafter")
+        suite = OpenDropdown(choices=[queries.ALL], value=queries.ALL, label="suite")
         text = gr.Textbox(label="text in prompt or output", elem_id="hist-text")
         search = gr.Button("Search", elem_id="hist-search")
     runs = gr.Dataframe(headers=COLUMNS, interactive=False, label="runs (newest first; click a row to open it)",
-                        elem_id="hist-table", max_height=360, wrap=True, column_widths=COLUMN_WIDTHS)
+                        elem_id="hist-table", max_height=640, wrap=True, column_widths=COLUMN_WIDTHS)
     with gr.Row():
-        run = gr.Dropdown(choices=[], label="open run", elem_id="hist-run", scale=2, allow_custom_value=True)
-        picked = gr.Dropdown(choices=[], multiselect=True, max_choices=4, label="runs to compare", scale=2,
-                             allow_custom_value=True)
+        run = OpenDropdown(choices=[], label="open run", elem_id="hist-run", scale=2)
+        picked = OpenDropdown(choices=[], multiselect=True, max_choices=4, label="runs to compare", scale=2)
         compare = gr.Button("Compare picked runs", scale=1)
-    view = gr.HTML(elem_id="hist-view")
+    view = gr.HTML(label="run view", elem_id="hist-view")
 
     def refresh(drafter, suite, text):
         h = wb.history

@@ -9,9 +9,11 @@ from engine.kflat import measure_kflat
 from storage import drafter_label
 
 from .. import plots, queries
+from ..components import OpenDropdown
+from ..device import DEVICE, on_device
 from ..render import message_html
 from ..state import AppError, Workbench
-from .common import DEVICE, USER_ERRORS, as_int, best_drafter
+from .common import USER_ERRORS, as_int, best_drafter
 
 NO_DRAFTER = "(none: verify only)"
 MAX_KS = 16
@@ -78,6 +80,14 @@ def run_like(wb: Workbench, drafter: str | None) -> tuple[int, int, str]:
     return shape["context"], shape["cache_rows"], f"as {shape['n_runs']} stored {drafter} runs ran"
 
 
+BLANK = (None, "", 0)  # a number box left empty (the page sends 0 for it): the sweep sizes it (run_like)
+
+
+def blank_means(value: int, origin: str) -> str:
+    """The info line of a field a sweep fills in when it is left blank (run_like)."""
+    return f"blank: {value}, {origin}"
+
+
 def note_html(text: str) -> str:
     """A warning line for a note on the plots, or nothing."""
     return message_html(text, "warn") if text else ""
@@ -137,10 +147,13 @@ def run_sweep(wb: Workbench, ks_text, context, repeats, drafter, selected, acc_d
     """Measure a sweep on this machine, store it, and show it with the selected ones."""
     try:
         ks = parse_ks(ks_text)
-        context = as_int(context, "context", 1, wb.target.cfg.max_position - ks[-1] - 2)
+        if context in BLANK:  # as the acceptance drafter's stored runs ran (the fields' info line)
+            context, like_rows, _ = run_like(wb, acc_drafter)
+            cache_rows = like_rows if cache_rows in BLANK else cache_rows
+        context = as_int(context, "context length", 1, wb.target.cfg.max_position - ks[-1] - 2)
         repeats = as_int(repeats, "repeats", 1, 50)
         rows_needed = context + ks[-1] + 1
-        cache_rows = (None if cache_rows in (None, "") else
+        cache_rows = (None if cache_rows in BLANK else
                       as_int(cache_rows, f"cache rows (context {context} + K={ks[-1]} + 1 need)", rows_needed,
                              wb.target.cfg.max_position + ks[-1] + 1))
         label = None if drafter in (None, "", NO_DRAFTER, "ar") else drafter
@@ -197,34 +210,36 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     with gr.Row():
         ks = gr.Textbox(value=default_ks(wb, timed), label="K values (the timed drafter's range: 1..its max K)",
                         elem_id="kf-ks")
-        context = gr.Number(value=ctx_value, precision=0, label="context length", info=origin, elem_id="kf-context")
-        cache_rows = gr.Number(value=rows_value, precision=0, label="cache rows (verify cost grows with them)",
-                               info=origin, elem_id="kf-cache")
+        context = gr.Number(value=None, precision=0, label="context length", info=blank_means(ctx_value, origin),
+                            elem_id="kf-context")
+        cache_rows = gr.Number(value=None, precision=0, label="cache rows (verify cost grows with them)",
+                               info=blank_means(rows_value, origin), elem_id="kf-cache")
         repeats = gr.Number(value=5, precision=0, label="repeats per K", elem_id="kf-rep")
-        drafter = gr.Dropdown(choices=drafter_choices(wb), value=timed, label="also time this drafter's draft step",
-                              allow_custom_value=True, elem_id="kf-drafter")
+        drafter = OpenDropdown(choices=drafter_choices(wb), value=timed,
+                              label="also time this drafter's draft step", elem_id="kf-drafter")
         run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
     with gr.Row():
         stored = sweep_choices(wb)
-        selected = gr.Dropdown(choices=stored, value=[s for _, s in stored[:1]], multiselect=True,
-                               label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3,
-                               allow_custom_value=True)
-        acc_drafter = gr.Dropdown(choices=accept, value=accept[0] if accept else None,
-                                  label="acceptance from drafter", scale=1, allow_custom_value=True,
+        selected = OpenDropdown(choices=stored, value=[s for _, s in stored[:1]], multiselect=True,
+                               label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3)
+        acc_drafter = OpenDropdown(choices=accept, value=accept[0] if accept else None,
+                                  label="acceptance from drafter", scale=1,
                                   elem_id="kf-acc")
     first = figures(wb, selected.value, acc_drafter.value)
-    status = gr.HTML(elem_id="kf-status")  # the last sweep's result; stays while plots are redrawn
+    status = gr.HTML(label="status", elem_id="kf-status")  # the last sweep's result; stays while plots are redrawn
     note = gr.HTML(note_html(first[2]), elem_id="kf-note")  # what the plots shown cannot say
     with gr.Row():
-        latency = gr.Plot(first[0], elem_id="kf-plot")
-        speed = gr.Plot(first[1], elem_id="kf-speedup")
+        latency = gr.Plot(first[0], label="verify (and draft) ms per step vs K", show_label=False, elem_id="kf-plot")
+        speed = gr.Plot(first[1], label="speedup vs K", show_label=False, elem_id="kf-speedup")
 
-    def start(k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, cache_rows,  # API names
-              progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+    def start(k_values, context=None, repeats=None, drafter=None, stored_sweeps=None, acceptance_drafter=None,
+              cache_rows=None, request: gr.Request = None, progress=gr.Progress()):  # noqa: B008 (Gradio injects both)
+        """API names; a blank context and cache rows: sized as the acceptance drafter's stored runs ran."""
         return run_sweep(wb, k_values, context, repeats, drafter, stored_sweeps, acceptance_drafter, cache_rows,
                          progress)
 
-    run.click(start, [ks, context, repeats, drafter, selected, acc_drafter, cache_rows],
+    run.click(on_device(wb, "a K-Flat sweep", start),
+              [ks, context, repeats, drafter, selected, acc_drafter, cache_rows],
               [status, selected, acc_drafter, latency, speed], api_name="kflat_sweep", **DEVICE)
 
     def redraw(selected, acc_drafter):
@@ -235,7 +250,8 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
           api_visibility="private")
     def follow_acceptance(chosen):
         ctx, rows, where = run_like(wb, chosen)
-        return (timed_default(wb, chosen), gr.update(value=ctx, info=where), gr.update(value=rows, info=where))
+        return (timed_default(wb, chosen), gr.update(info=blank_means(ctx, where)),
+                gr.update(info=blank_means(rows, where)))
 
     def follow_timed(chosen, acceptance_drafter):
         name = stored_label(wb, chosen) if chosen in wb.sources else None
