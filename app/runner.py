@@ -184,7 +184,7 @@ def run_stream(wb: Workbench, prompt: str, label: str, k: int | None, temperatur
     t_decode = t_start
 
     def doing() -> str:  # this run's progress, for the users waiting for the device (app.device)
-        title = Live(label, [], {}, "", k=drafter.k).title
+        title = drafter_k(label, drafter.k)
         if not steps:
             return f"{title}: {progress.text()}"
         stats = live_stats(steps, time.perf_counter() - t_decode)

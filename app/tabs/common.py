@@ -89,7 +89,7 @@ def default_note(wb: Workbench) -> str:
 def drafter_dropdown(wb: Workbench, **kw) -> OpenDropdown:
     """A dropdown of the loaded drafters, the best one preselected, saying where that choice came from."""
     return OpenDropdown(choices=wb.drafter_labels, value=best_drafter(wb), label="drafter",
-                       **{"info": default_note(wb)} | kw)
+                        **{"info": default_note(wb)} | kw)
 
 
 def example_table(wb: Workbench, prompt: gr.Textbox) -> gr.Examples:

@@ -82,7 +82,7 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
     choices = drafter_choices(wb)
     with gr.Row():
         drafter = OpenDropdown(choices=choices, value=choices[0] if choices else None, label="drafter",
-                              elem_id="diag-drafter")
+                               elem_id="diag-drafter")
         prompts = gr.Dropdown(choices=[MIXED, *suites.SUITES], value=MIXED, label="prompts", elem_id="diag-prompts")
         limit = gr.Number(value=12, precision=0, label="number of prompts", elem_id="diag-limit")
         max_new = gr.Number(value=64, precision=0, label="new tokens per prompt", elem_id="diag-max-new")

@@ -216,15 +216,15 @@ def build(wb: Workbench, tab: gr.Tab) -> None:
                                info=blank_means(rows_value, origin), elem_id="kf-cache")
         repeats = gr.Number(value=5, precision=0, label="repeats per K", elem_id="kf-rep")
         drafter = OpenDropdown(choices=drafter_choices(wb), value=timed,
-                              label="also time this drafter's draft step", elem_id="kf-drafter")
+                               label="also time this drafter's draft step", elem_id="kf-drafter")
         run = gr.Button("Run sweep on this hardware", variant="primary", elem_id="kf-run")
     with gr.Row():
         stored = sweep_choices(wb)
         selected = OpenDropdown(choices=stored, value=[s for _, s in stored[:1]], multiselect=True,
-                               label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3)
+                                label="stored sweeps (any machine)", elem_id="kf-sweeps", scale=3)
         acc_drafter = OpenDropdown(choices=accept, value=accept[0] if accept else None,
-                                  label="acceptance from drafter", scale=1,
-                                  elem_id="kf-acc")
+                                   label="acceptance from drafter", scale=1,
+                                   elem_id="kf-acc")
     first = figures(wb, selected.value, acc_drafter.value)
     status = gr.HTML(label="status", elem_id="kf-status")  # the last sweep's result; stays while plots are redrawn
     note = gr.HTML(note_html(first[2]), elem_id="kf-note")  # what the plots shown cannot say
