@@ -195,6 +195,7 @@ def test_a_second_user_is_told_what_holds_the_device_and_for_how_long(page):
         other.wait_for_function("() => (document.querySelector('#ds-device')?.innerText || '').trim() === ''")
     finally:
         other.close()
+        page.fill("#gen-max input", str(DEFAULT_MAX_NEW))  # the page is the module's: leave its default
 
 
 def test_markup_in_prompt_stays_text(page, shots):
