@@ -237,8 +237,8 @@ def trained_taps(checkpoint: Path) -> list[int] | None:
 
 
 def config_taps(kind: str, features: list[int]) -> list[int]:
-    """Feature layer ids as the drafter's config.json names them: EAGLE-3 names layer inputs (one above)."""
-    return [i + (1 if kind == "eagle3" else 0) for i in features]
+    """Feature layer ids as the drafter's config.json names them (DFlash: as they are; EAGLE-3: layer inputs)."""
+    return eagle3_mod.published_layer_ids(features) if kind == "eagle3" else list(features)
 
 
 def set_mask(mask_id: int):

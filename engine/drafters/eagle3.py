@@ -258,7 +258,7 @@ def config_from_json(hf: dict, num_target_layers: int) -> Eagle3Config:
     if published is not None and (not isinstance(published, list) or not published
                                   or any(not isinstance(i, int) or isinstance(i, bool) for i in published)):
         raise DrafterError(f"EAGLE-3 aux layer ids must be a list of integers, got {published!r}")
-    layers = (tuple(i - 1 for i in published) if published is not None
+    layers = (tuple(i - 1 for i in published) if published is not None  # see published_layer_ids
               else default_feature_layers(num_target_layers))
     draft_vocab = f["draft_vocab_size"] or body.vocab_size
     if not isinstance(draft_vocab, int) or not 1 <= draft_vocab <= body.vocab_size:
@@ -273,12 +273,18 @@ def config_from_json(hf: dict, num_target_layers: int) -> Eagle3Config:
                         f["verifier_arch"])
 
 
+def published_layer_ids(feature_layers: tuple[int, ...] | list[int]) -> list[int]:
+    """Feature layer ids (the engine's: output of layer i) as EAGLE-3 configs publish them: the input of the layer
+    after, one above."""
+    return [int(i) + 1 for i in feature_layers]
+
+
 def config_json(cfg: Eagle3Config) -> dict:
     """The EAGLE-3 config.json of an Eagle3Config (aux ids written in the published input-of-layer convention)."""
     out = {"architectures": [ARCHITECTURES[0]], "model_type": "llama", **body_json(cfg.body),
            "tie_word_embeddings": False, "draft_vocab_size": cfg.draft_vocab_size,
            "norm_before_residual": cfg.norm_before_residual,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + 1 for i in cfg.feature_layers],
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": published_layer_ids(cfg.feature_layers),
                             "use_aux_hidden_state": True}}
     if cfg.target_hidden_size is not None:
         out["target_hidden_size"] = cfg.target_hidden_size
