@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import threading
 import time
 from dataclasses import dataclass, field
@@ -13,6 +11,7 @@ from pathlib import Path
 import jax
 
 import engine
+from engine.hardware import hardware_label
 from engine.sharding import describe
 from engine.tokenizer import default_template, template_label
 from engine.weights import embedded_model_path
@@ -32,22 +31,6 @@ BUILTIN_EXAMPLES = [
 
 class AppError(ValueError):
     """A user-facing problem (bad path, bad K...) shown as a message in the UI."""
-
-
-def hardware_label() -> str:
-    """'cpu: <model> (N cores)' from /proc/cpuinfo, or '<backend>: <device kind>' for accelerators."""
-    backend = jax.default_backend()
-    if backend != "cpu":
-        return f"{backend}: {jax.devices()[0].device_kind}"
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu: {model} ({os.cpu_count()} cores)"
 
 
 def load_examples(per_suite: int = 2) -> list[dict]:

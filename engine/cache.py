@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from .config import ModelConfig
+from .qwen3_5 import init_hybrid_cache
 from .sharding import heads_divide, zeros
 
 
@@ -18,22 +19,11 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32,
 
     Positions >= a sequence's length hold garbage never read."""
     if "linear_attention" in cfg.layer_types:
-        from .qwen3_5 import init_hybrid_cache  # imports this module
-
         return init_hybrid_cache(cfg, batch, max_len, dtype, mesh)
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     split = mesh is not None and heads_divide(mesh, cfg.num_heads, cfg.num_kv_heads)
     return {"k": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)],
             "v": [zeros(shape, dtype, mesh, split) for _ in range(cfg.num_layers)]}
-
-
-def write(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-    """Write new [B, Nkv, T, D] rows into buf [B, Nkv, S, D] at per-sequence offsets start [B]."""
-    new = new.astype(buf.dtype)
-    if new.shape[0] == 1:  # one plain in-place update; XLA:CPU turns the vmapped form into a slower scatter
-        return jax.lax.dynamic_update_slice(buf, new, (0, 0, start[0], 0))
-    one = lambda b_buf, b_new, b_start: jax.lax.dynamic_update_slice(b_buf, b_new, (0, b_start, 0))  # noqa: E731
-    return jax.vmap(one)(buf, new, start)
 
 
 @jax.jit

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from .model import linear, rms_norm
+from .ops import linear, rms_norm
 
 L2_EPS = 1e-6  # transformers' l2norm (aligned with flash-linear-attention)
 

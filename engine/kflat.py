@@ -1,6 +1,5 @@
-"""K-Flat: the target's verify latency and a drafter's draft latency as functions of K.
-
-    python -m engine.kflat --ks 1,2,4,8,16,32,64,128 --context 256 [--drafter NAME] [--json]
+"""K-Flat timing: the target's verify latency and a drafter's draft latency as functions of K (the command that
+runs and stores sweeps is experiments.bench.kflat).
 A row per K: {k, verify_ms, draft_ms, cache_rows}. verify_ms times the engine's own step (target forward over
 a block of K drafted tokens + the anchor at `context`, acceptance, top-5) after warm-up, blocking
 on the result, best of --repeats; draft_ms times one `propose` of the drafter at that K (None without a drafter).
@@ -8,22 +7,17 @@ on the result, best of --repeats; draft_ms times one `propose` of the drafter at
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .cache import init_cache
-from .config import config_from_hf, read_json
 from .decode import GenerationError, cache_len_for, verify_block
 from .drafters import check_k, load_drafter
-from .target import Target, load_target
-from .weights import random_params
+from .target import Target
 
 
 def _best_ms(fn, repeats: int) -> float:
@@ -94,36 +88,3 @@ def measure_kflat(target: Target, ks: list[int], context: int, drafter_name: str
         if on_row is not None:
             on_row(row)
     return rows
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ks", default="1,2,4,8,16,32,64,128")
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--cache-rows", type=int, default=None,
-                    help="target cache size (default: the smallest bucket holding context + the widest block)")
-    ap.add_argument("--drafter", default=None)
-    ap.add_argument("--target", default=None)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--random-weights", action="store_true",
-                    help="--target is a config.json: time random weights of its shapes (latency depends on shapes)")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    if a.random_weights:
-        cfg = config_from_hf(read_json(Path(a.target)))
-        target = Target(cfg, random_params(cfg, a.dtype), None, Path(a.target), a.dtype, (), f"{a.target} (random)")
-    else:
-        target = load_target(a.target, a.dtype, a.tokenizer)
-    ks = [int(x) for x in a.ks.split(",")]
-    for row in measure_kflat(target, ks, a.context, a.drafter, a.repeats, cache_rows=a.cache_rows):
-        if a.json:
-            print(json.dumps(row), flush=True)
-        else:
-            d = "" if row["draft_ms"] is None else f"  draft {row['draft_ms']:8.2f} ms"
-            print(f"K={row['k']:5d}  verify {row['verify_ms']:8.2f} ms{d}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

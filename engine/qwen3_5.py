@@ -6,10 +6,10 @@ SwiGLU or a routed MoE plus a sigmoid-gated shared expert. Layer params (matrice
     full_attention: wq, w_attn_gate [H, Nh*D], wk, wv [H, Nkv*D], wo [Nh*D, H], q_norm, k_norm [D]
     linear_attention: the gated_delta keys (w_qkv, w_z, w_b, w_a, conv, dt_bias, A_log, out_norm, w_out)
     dense FFN: w_gate, w_up [H, I], w_down [I, H]
-    MoE FFN: router [H, E], we_gate, we_up [E, H, Im], we_down [E, Im, H] (engine.model.moe's layout),
+    MoE FFN: router [H, E], we_gate, we_up [E, H, Im], we_down [E, Im, H] (engine.ops.moe's layout),
              shared_w_gate, shared_w_up [H, Is], shared_w_down [Is, H], shared_expert_gate [H, 1]
 Qwen3.5's RMSNorms are zero-centred (x * (1 + w)): attn_norm, mlp_norm, q_norm and k_norm are stored as 1 + w,
-so engine.model.rms_norm applies them unchanged (the model's final norm needs the same; the gated DeltaNet
+so engine.ops.rms_norm applies them unchanged (the model's final norm needs the same; the gated DeltaNet
 norm out_norm is a plain weight). Norms, conv, dt_bias, A_log and the router stay float32; other matrices and the
 experts take the load dtype.
 """
@@ -26,10 +26,9 @@ import numpy as np
 from jax.sharding import Mesh
 
 from . import gated_delta as gd
-from .cache import write
 from .config import CheckpointError
 from .gated_delta import DeltaConfig
-from .model import attention, dense_ffn, linear, moe, rms_norm, rope
+from .ops import attention, dense_ffn, linear, moe, rms_norm, rope, write
 from .sharding import STATE_AXES, heads_divide, zeros
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,8 @@
 """Drafter doctor: test a target + drafter pair for the known causes of low acceptance.
 
+Over 500 lines: one catalogue of checks, each with its variants, measurement and verdict rule side by side,
+so a check reads in one place (the report's identity and formats, at the end, are the part that could move out).
+
     python -m experiments.doctor --drafter dflash [--target PATH] [--prompts gsm8k|FILE] [--limit 12] [--json]
 
 Every check measures the pair as configured and one or more variants on the same prompts and reports tau and
@@ -37,7 +40,6 @@ fails to load `inconclusive`, each with the reason.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
@@ -57,13 +59,15 @@ from scipy import stats as scipy_stats
 from engine import load_target
 from engine.config import CheckpointError
 from engine.decode import generate_batch
-from engine.drafters import DrafterError, load_drafter
-from engine.drafters import dflash as dflash_mod
+from engine.drafters import DrafterError, dflash_checkpoint, eagle3_config, load_drafter
 from engine.drafters import eagle3 as eagle3_mod
 from engine.drafters.layers import read_tensors, save_checkpoint
 from engine.target import Target
 from experiments import suites
-from experiments.train_drafter import Sequences, add_hints, batch_of, dflash_runs, eagle3_runs, target_features
+from experiments.data.distill import target_features
+from experiments.training.objectives import dflash_runs, eagle3_runs
+from experiments.training.sequences import Sequences, add_hints, batch_of
+from storage.digest import sha256
 
 CHECKS = ("chat_template", "thinking", "taps", "mask_token", "shared_head", "dtype", "rope", "train_serve",
           "temperature")
@@ -181,14 +185,6 @@ def compared(check: str, base_label: str, base: dict, variants: list[tuple[str, 
 # ---------------------------------------------------------------- checkpoint variants
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_variant(src: Path, dst: Path, edit=None, tensors: dict | None = None) -> Path:
     """A copy of checkpoint `src` at `dst`: config.json passed through edit(config) -> config, and the tensors
     copied (or, given `tensors`, those written as bfloat16/int as they are)."""
@@ -238,7 +234,7 @@ def trained_taps(checkpoint: Path) -> list[int] | None:
 
 def config_taps(kind: str, features: list[int]) -> list[int]:
     """Feature layer ids as the drafter's config.json names them (DFlash: as they are; EAGLE-3: layer inputs)."""
-    return eagle3_mod.published_layer_ids(features) if kind == "eagle3" else list(features)
+    return eagle3_config.published_layer_ids(features) if kind == "eagle3" else list(features)
 
 
 def set_mask(mask_id: int):
@@ -340,7 +336,7 @@ class Doctor:
 
 def _content(source: Path) -> tuple[str, str]:
     """A checkpoint directory's identity for the memo: the hashes of its config and tensors."""
-    return _sha256(source / "config.json"), _sha256(source / "model.safetensors")
+    return sha256(source / "config.json"), sha256(source / "model.safetensors")
 
 
 class _Context:
@@ -411,7 +407,7 @@ class _Context:
         if tok.mask_token_id is not None:
             candidates[int(tok.mask_token_id)] = f"tokenizer mask {tok.mask_token!r}"
         try:
-            candidates.setdefault(dflash_mod.default_mask_token_id(self.target), "engine default")
+            candidates.setdefault(dflash_checkpoint.default_mask_token_id(self.target), "engine default")
         except DrafterError:
             pass
         variants = [(f"{what} {i}", self.variant(f"mask{i}", set_mask(i))) for i, what in candidates.items()
@@ -498,7 +494,7 @@ def _bucket(n: int, size: int) -> int:
 
 def anchored_runs(target: Target, drafter, results: list, anchors: list[list[int]] | None = None) -> list[np.ndarray]:
     """Per result, the accepted-run lengths (at most K) of the drafter's greedy block at `anchors` of its
-    sequence (prompt + greedy continuation), by the offline training metric (experiments.train_drafter);
+    sequence (prompt + greedy continuation), by the offline training metric (experiments.training.train);
     anchors None: every anchor whose whole block lies inside the continuation. One batched pass, shapes padded
     to buckets."""
     k = drafter.k
@@ -534,9 +530,8 @@ def _file_sha(path: Path) -> str | None:
     if not path.is_file():
         return None
     if path.suffix == ".gguf":  # the header (metadata and tokenizer), not gigabytes of weights
-        with open(path, "rb") as f:
-            return "head:" + hashlib.sha256(f.read(1 << 20)).hexdigest()
-    return _sha256(path)
+        return "head:" + sha256(path, head=1 << 20)
+    return sha256(path)
 
 
 def identity(target: Target, drafter, source) -> dict:

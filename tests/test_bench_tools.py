@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from engine import continuous, load_target
-from experiments import ablate, bench_distill, bench_engine, bench_train, distill
+from experiments.bench import distill_speed as bench_distill
+from experiments.bench import engine_speed as bench_engine
+from experiments.bench import train_speed as bench_train
+from experiments.data import distill
+from experiments.training import ablate
 from tests.test_app_tiny import tiny_llama
 
 pytest.importorskip("torch")
@@ -133,7 +137,7 @@ def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny
     assert ablate.main([*argv[:4], "--table-only", "--attach", str(shipped), *argv[4:]]) == 0
     record = json.loads((shipped / "training.json").read_text())["ablations"]
     assert [r["arm"] for r in record["rows"]] == ["hard", "soft"] and record["same_validation"]
-    assert record["command"].startswith("python -m experiments.ablate --out")
+    assert record["command"].startswith("python -m experiments.training.ablate --out")
     readme = (shipped / "README.md").read_text()
     assert "## Ablations" in readme and "| soft | `--soft 0.9` |" in readme and record["command"] in readme
 
@@ -141,15 +145,15 @@ def test_ablation_arms_train_once_each_and_tabulate_against_the_first(tiny, tiny
 @pytest.mark.slow
 def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_from(tiny, tiny_data, tmp_path, capsys):
     """--evaluate CKPT --evaluate-validation scores the split training holds out: what --init CKPT logs at step 0."""
-    from experiments import train_drafter
+    from experiments.training import sequences, train
 
     shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
               "--anchors", "4", *TINY_DRAFTER]
-    train_drafter.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
+    train.main([*shared, "--steps", "2", "--eval-every", "2", "--work", str(tmp_path / "w0"),
                         "--out", str(tmp_path), "--name", "first"])
     checkpoint = tmp_path / "first-dflash"
     capsys.readouterr()
-    train_drafter.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation"])
+    train.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation"])
     evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     first = json.loads((checkpoint / "training.json").read_text())["data"]
     assert evaluated["sequences"] == first["validation_sequences"] < first["sequences"]
@@ -157,13 +161,13 @@ def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_fr
     for tau, copy, other in zip(evaluated["tau_est"], evaluated["copy_tau_est"], evaluated["other_tau_est"],
                                 strict=True):
         assert tau - 1 == pytest.approx(f * (copy - 1) + (1 - f) * (other - 1), abs=2e-3)
-    train_drafter.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation", "--by-kind"])
+    train.main([*shared, "--evaluate", str(checkpoint), "--evaluate-validation", "--by-kind"])
     by_kind = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     kinds = distill.row_kinds(tiny_data)
-    kinds = kinds[train_drafter.split_validation(len(kinds), 2, 0)[1]]  # the validation split's, each on its own
+    kinds = kinds[sequences.split_validation(len(kinds), 2, 0)[1]]  # the validation split's, each on its own
     assert {r["kind"]: r["sequences"] for r in by_kind} == {k: int((kinds == k).sum()) for k in set(kinds)}
     assert all(r["tau_est"][0] >= 1 for r in by_kind)
-    train_drafter.main([*shared, "--init", str(checkpoint), "--steps", "1", "--eval-every", "1",
+    train.main([*shared, "--init", str(checkpoint), "--steps", "1", "--eval-every", "1",
                         "--work", str(tmp_path / "w1"), "--out", str(tmp_path), "--name", "second"])
     card = json.loads((tmp_path / "second-dflash" / "training.json").read_text())
     assert card["curve"][0]["step"] == 0 and card["curve"][0]["tau_est"] == evaluated["tau_est"]
@@ -171,9 +175,9 @@ def test_evaluating_the_validation_split_gives_the_tau_est_a_fine_tune_starts_fr
 
 def train_tiny_dflash(tiny: Path, tiny_data: Path, out: Path, name: str, *flags: str) -> dict:
     """Train a tiny DFlash drafter (2 steps unless flags say otherwise) into out/NAME-dflash; its card."""
-    from experiments import train_drafter
+    from experiments.training import train
 
-    train_drafter.main(["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2",
+    train.main(["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2",
                         "--batch", "2", "--anchors", "4", *TINY_DRAFTER, "--steps", "2", "--eval-every", "2", *flags,
                         "--work", str(out / f"work-{name}"), "--out", str(out), "--name", name])
     return json.loads((out / f"{name}-dflash" / "training.json").read_text())
@@ -184,7 +188,7 @@ def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays
     """--init CKPT --domino EMB:GRU adds a head that starts as the identity (step 0 scores what CKPT scores), trains
     with the base-anchor curriculum, saves as DominoDraftModel and drafts losslessly through the engine."""
     from engine import generate, load_drafter
-    from experiments import train_drafter
+    from experiments.training import objectives, train
 
     base = train_tiny_dflash(tiny, tiny_data, tmp_path, "base")
     card = train_tiny_dflash(tiny, tiny_data, tmp_path, "domino", "--init", str(tmp_path / "base-dflash"), "--domino",
@@ -202,9 +206,9 @@ def test_domino_head_trains_on_a_drafter_saves_in_the_published_format_and_stays
     want = generate(target, prompt, max_new_tokens=16)
     got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
     assert got.token_ids == want.token_ids and got.stats["drafted"] > 0
-    assert [float(train_drafter.domino_lambda(p)) for p in (0.0, 0.25, 0.5, 0.9)] == [1.0, 0.5, 0.0, 0.0]
+    assert [float(objectives.domino_lambda(p)) for p in (0.0, 0.25, 0.5, 0.9)] == [1.0, 0.5, 0.0, 0.0]
     with pytest.raises(SystemExit):
-        train_drafter.parse_args(["--domino", "64"])
+        train.parse_args(["--domino", "64"])
 
 
 @pytest.mark.slow
@@ -212,7 +216,7 @@ def test_grown_drafter_starts_where_its_init_stands_saves_deeper_and_stays_lossl
     """--init CKPT --grow-layers 1: step 0 scores what CKPT scores, the saved drafter has one more layer, its card
     says so, and it drafts losslessly through the engine."""
     from engine import generate, load_drafter
-    from experiments import train_drafter
+    from experiments.training import train
 
     base = train_tiny_dflash(tiny, tiny_data, tmp_path, "base")
     card = train_tiny_dflash(tiny, tiny_data, tmp_path, "grown", "--init", str(tmp_path / "base-dflash"),
@@ -228,27 +232,27 @@ def test_grown_drafter_starts_where_its_init_stands_saves_deeper_and_stays_lossl
     got = generate(target, prompt, drafter=drafter, max_new_tokens=16)
     assert got.token_ids == want.token_ids and got.stats["drafted"] > 0
     with pytest.raises(SystemExit):
-        train_drafter.parse_args(["--grow-layers", "1"])  # nothing to grow without --init
+        train.parse_args(["--grow-layers", "1"])  # nothing to grow without --init
     with pytest.raises(SystemExit):
-        train_drafter.parse_args(["--init", str(out), "--grow-layers", "-1"])
+        train.parse_args(["--init", str(out), "--grow-layers", "-1"])
 
 
 @pytest.mark.slow
 def test_lookup_hint_drafter_trains_evaluates_as_it_trained_and_stays_lossless(tiny, tiny_data, tmp_path, capsys):
     """--lookup-hints N: training, the card, --evaluate and the engine all start blocks from prompt lookup."""
     from engine import generate, load_drafter
-    from experiments import train_drafter
+    from experiments.training import train
 
     shared = ["--drafter", "dflash", "--target", str(tiny), "--data", str(tiny_data), "--val", "2", "--batch", "2",
               "--anchors", "4", *TINY_DRAFTER]
-    train_drafter.main([*shared, "--lookup-hints", "3", "--steps", "2", "--eval-every", "2",
+    train.main([*shared, "--lookup-hints", "3", "--steps", "2", "--eval-every", "2",
                         "--work", str(tmp_path / "w"), "--out", str(tmp_path), "--name", "hints"])
     out = tmp_path / "hints-dflash"
     card = json.loads((out / "training.json").read_text())
     assert card["architecture"]["lookup_hints"] == 3
     assert json.loads((out / "config.json").read_text())["dflash_config"]["lookup_hints"] == 3
     capsys.readouterr()
-    train_drafter.main([*shared, "--evaluate", str(out), "--evaluate-validation"])
+    train.main([*shared, "--evaluate", str(out), "--evaluate-validation"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tau_est"] == card["curve"][-1]["tau_est"]
     target = load_target(str(tiny))
     drafter = load_drafter(out, target)
@@ -262,7 +266,7 @@ def test_lookup_hint_drafter_trains_evaluates_as_it_trained_and_stays_lossless(t
 def test_several_hint_biases_are_chosen_on_validation_recorded_and_rebuild_the_config(tiny, tiny_data, tmp_path):
     """--hint-bias A,B scores each rule on the validation split after training, writes the best into config.json and
     the card's serving record (where it was chosen, every candidate's score), and the card rebuilds the config."""
-    from experiments import train_drafter
+    from experiments.training import cards
 
     card = train_tiny_dflash(tiny, tiny_data, tmp_path, "hinted", "--lookup-hints", "3", "--hint-bias", "0,100")
     serving = card["serving"]
@@ -273,7 +277,7 @@ def test_several_hint_biases_are_chosen_on_validation_recorded_and_rebuild_the_c
     assert serving["hint_bias"] == best["hint_bias"] == card["architecture"]["hint_bias"]
     config = json.loads((tmp_path / "hinted-dflash" / "config.json").read_text())
     assert config["dflash_config"].get("hint_bias", 0.0) == serving["hint_bias"]
-    assert train_drafter.config_from_card(card, load_target(str(tiny))) == config
+    assert cards.config_from_card(card, load_target(str(tiny))) == config
     one = train_tiny_dflash(tiny, tiny_data, tmp_path, "given", "--lookup-hints", "3", "--hint-bias", "2.5")
     assert one["serving"] == {"hint_bias": 2.5, "chosen_on": "given (--hint-bias)"}
     with pytest.raises(SystemExit):

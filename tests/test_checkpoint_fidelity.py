@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from engine.drafters import DrafterError, dflash, eagle3, load_drafter
-from engine.drafters.dflash import save_dflash
-from engine.drafters.eagle3 import save_eagle3
+from engine.drafters import DrafterError, dflash_config, eagle3_config, load_drafter
+from engine.drafters.dflash_checkpoint import save_dflash
+from engine.drafters.eagle3_checkpoint import save_eagle3
 
-CHECKPOINTS = {"dflash": dflash.DEFAULT_CHECKPOINT, "eagle3": eagle3.DEFAULT_CHECKPOINT}
+CHECKPOINTS = {"dflash": dflash_config.DEFAULT_CHECKPOINT, "eagle3": eagle3_config.DEFAULT_CHECKPOINT}
 DFLASH_AUTO_MAP = {"AutoModel": "dflash.DFlashDraftModel"}
 DOMINO_AUTO_MAP = {"AutoModel": "domino.DominoDraftModel"}  # SpecForge's DFlash with a Domino head
 

@@ -272,7 +272,8 @@ def test_generate_cli_json_and_lossless(tmp_path):
 
 @pytest.mark.slow
 def test_kflat_cli_json():
-    out = _cli("engine.kflat", "--ks", "1,4", "--context", "32", "--drafter", "ngram", "--repeats", "1", "--json")
+    out = _cli("experiments.bench.kflat", "--ks", "1,4", "--context", "32", "--drafter", "ngram", "--repeats", "1",
+               "--json", "--no-store")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["k"] for r in rows] == [1, 4]
@@ -288,13 +289,13 @@ def test_prompt_ids_are_chat_formatted_unless_raw(target):
 
 def test_kflat_times_random_weights_from_a_config(tmp_path, capsys):
     """Sweeps where weights cannot travel (e.g. a lent GPU): a config.json alone, random weights of its shapes."""
-    from engine import kflat
+    from experiments.bench import kflat
 
     conf = {"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
             "max_position_embeddings": 128}
     (tmp_path / "config.json").write_text(json.dumps(conf))
-    kflat.main(["--target", str(tmp_path / "config.json"), "--random-weights", "--ks", "1,3", "--context", "16",
-                "--repeats", "1", "--json"])
+    assert kflat.main(["--target", str(tmp_path / "config.json"), "--random-weights", "--ks", "1,3", "--context", "16",
+                      "--repeats", "1", "--json", "--no-store"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["k"] for r in rows] == [1, 3] and all(r["verify_ms"] > 0 for r in rows)

@@ -11,7 +11,7 @@ import pytest
 from app.state import Workbench
 from app.tabs.common import best_drafter
 from engine import generate
-from engine.drafters import eagle3
+from engine.drafters import eagle3_config
 from storage import open_history
 
 PROMPTS = ["Count from one to ten in words.", "What is 7 times 8? Answer briefly.", "Name three colours."]
@@ -20,7 +20,7 @@ PROMPTS = ["Count from one to ten in words.", "What is 7 times 8? Answer briefly
 @pytest.fixture
 def workbench(target, tmp_path):
     """ar, ngram and a copy of the shipped EAGLE-3 whose model card holds no measurements yet."""
-    ckpt = shutil.copytree(eagle3.DEFAULT_CHECKPOINT, tmp_path / "eagle3")
+    ckpt = shutil.copytree(eagle3_config.DEFAULT_CHECKPOINT, tmp_path / "eagle3")
     card = json.loads((ckpt / "training.json").read_text())
     card.pop("measured", None)
     (ckpt / "training.json").write_text(json.dumps(card))

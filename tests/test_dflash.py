@@ -17,18 +17,10 @@ from safetensors.numpy import load_file, save_file
 import engine
 from engine.cache import init_cache
 from engine.config import ModelConfig
-from engine.drafters import DrafterError, dflash, load_drafter
-from engine.drafters.dflash import (
-    DFlashDrafter,
-    append_layers,
-    block_tokens,
-    default_target_layer_ids,
-    dflash_labels,
-    dflash_train_logits,
-    draft,
-    init_dflash,
-    save_dflash,
-)
+from engine.drafters import DrafterError, dflash, dflash_checkpoint, load_drafter
+from engine.drafters.dflash import DFlashDrafter, block_tokens, dflash_labels, dflash_train_logits, draft
+from engine.drafters.dflash_checkpoint import append_layers, init_dflash, save_dflash
+from engine.drafters.dflash_config import default_target_layer_ids
 from engine.drafters.layers import concat_features
 from engine.model import forward
 from engine.target import Target
@@ -507,7 +499,7 @@ def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(ta
     drafted = sorted({t for s in want.steps for t in s.drafted})
     inside = np.union1d(np.arange(3000), drafted)  # every full-vocabulary draft lies inside this set
     d2t = inside - np.arange(len(inside))
-    path = dflash.save_dflash(tmp_path / "restricted", full.cfg, full.params, d2t=d2t)
+    path = dflash_checkpoint.save_dflash(tmp_path / "restricted", full.cfg, full.params, d2t=d2t)
     restricted = load_drafter(str(path), target, k=7)
     assert restricted.head["lm_head"].shape == (target.cfg.hidden_size, len(inside))
     got = engine.generate(target, prompt, drafter=restricted, max_new_tokens=40)
@@ -527,7 +519,7 @@ def test_restricted_draft_vocabulary_is_lossless_and_drafts_like_the_full_one(ta
 def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_on_a_count(target):
     """No train/serve gap: at the engine's own anchors, dflash_train_logits over prompt + output drafts exactly the
     engine's blocks (features, positions, masks, lookup hints and the draft vocabulary seen alike), on a count."""
-    from experiments.train_drafter import add_hints, features_fn
+    from experiments.training.sequences import add_hints, features_fn
 
     prompt = "Continue the sequence: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"
     d = load_drafter("dflash", target)
@@ -551,7 +543,7 @@ def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_o
 @pytest.mark.parametrize("with_sinks", [False, True])
 def test_attention_over_key_parts_equals_attention_over_their_concatenation(with_sinks):
     """The drafter's block attends to (context cache, own block) as parts, never building their concatenation."""
-    from engine.model import attention
+    from engine.ops import attention
 
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(2, 3, 4, 8)), jnp.float32)

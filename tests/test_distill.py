@@ -13,9 +13,10 @@ from engine.cache import init_cache
 from engine.continuous import cache_len_for_queue, greedy_continuous
 from engine.decode import GenerationError
 from engine.model import forward
-from experiments import distill, train_drafter
-from experiments.train_data import build_prompts
-from experiments.train_drafter import feature_columns, load_sequences, sample_anchors, split_validation
+from experiments.data import distill
+from experiments.data.prompts import build_prompts
+from experiments.training import train
+from experiments.training.sequences import feature_columns, load_sequences, sample_anchors, split_validation
 
 PROMPTS = ["What is 12 times 7?", "Write a haiku about rain.",
            "List three prime numbers greater than 50 and explain why each of them is prime."]
@@ -112,7 +113,7 @@ def test_feature_pass_resumes_shard_by_shard_and_training_uses_the_finished_shar
     assert partial.subset(np.array([0, 2])).features is None  # one row without: computed per batch
     assert feature_columns(partial, partial.feature_layers[:1], target.cfg.hidden_size) is None
     seed = next(s for s in range(50) if split_validation(5, 1, s)[1].tolist() == [4])  # validation: shard 2's row
-    train_drafter.main(["--data", str(tmp_path / "bare"), "--limit-sequences", "2", "--val", "1", "--seed", str(seed),
+    train.main(["--data", str(tmp_path / "bare"), "--limit-sequences", "2", "--val", "1", "--seed", str(seed),
                         "--layers", "1", "--block-size", "4", "--intermediate", "32", "--draft-vocab", "64",
                         "--steps", "1", "--eval-every", "1", "--batch", "2", "--seq-len", "64", "--anchors", "2",
                         "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.drafters import dflash, domino, load_drafter
-from engine.drafters.dflash import DFlashDrafter, dflash_train_logits, draft, init_dflash
+from engine.drafters import dflash, dflash_checkpoint, domino, load_drafter
+from engine.drafters.dflash import DFlashDrafter, dflash_train_logits, draft
+from engine.drafters.dflash_checkpoint import init_dflash
 from engine.drafters.layers import concat_features
 from tests.test_dflash import BLOCK, MASK, TARGET, VOCAB, prefill, random_ids, scramble, target_features
 
@@ -146,7 +147,7 @@ def test_hinted_drafts_feed_the_gru_as_picked_and_train_as_served():
 @pytest.mark.parametrize("shift", [False, True])
 def test_checkpoint_round_trip(tmp_path, shift):
     d = domino_drafter(shift, k=4)
-    path = dflash.save_dflash(tmp_path / "domino", d.cfg, d.params)
+    path = dflash_checkpoint.save_dflash(tmp_path / "domino", d.cfg, d.params)
     conf = (path / "config.json").read_text()
     assert '"DominoDraftModel"' in conf and '"projector_type": "domino"' in conf
     again = load_drafter(path, TARGET, k=4)

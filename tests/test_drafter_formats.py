@@ -26,7 +26,7 @@ from safetensors.numpy import load_file, save_file
 from engine.cache import init_cache
 from engine.config import ModelConfig
 from engine.decode import generate
-from engine.drafters import DrafterError, dflash, eagle3, load_drafter
+from engine.drafters import DrafterError, dflash, dflash_checkpoint, dflash_config, domino, eagle3_config, load_drafter
 from engine.drafters.ar import ArDrafter
 from engine.drafters.layers import concat_features
 from engine.drafters.ngram import NgramDrafter
@@ -207,7 +207,7 @@ def _checks(name: str, d) -> None:
         assert cfg.mask_token_id == MASK
     elif name.startswith("dflash_domino"):
         shift = name == "dflash_domino_shift"
-        assert (cfg.domino, cfg.shift_label) == (dflash.Domino(1 if shift else 2, 8, 12), shift)
+        assert (cfg.domino, cfg.shift_label) == (domino.Domino(1 if shift else 2, 8, 12), shift)
         assert d.params["domino"]["proj_out"].shape == (8, VOCAB)
     elif name == "eagle3_speculators":
         assert (cfg.feature_layers, cfg.norm_before_residual, cfg.draft_vocab_size, d.k) == ((1, 2, 3), True, 64, 3)
@@ -268,8 +268,8 @@ def _perturb(conf: dict, path: str) -> dict:
 
 def _top_ignored(name: str, conf: dict) -> dict:
     if name.startswith("dflash"):
-        return dflash.IGNORED_KEYS
-    return eagle3.SPECULATORS_IGNORED_KEYS if "speculators_model_type" in conf else eagle3.IGNORED_KEYS
+        return dflash_config.IGNORED_KEYS
+    return eagle3_config.SPECULATORS_IGNORED_KEYS if "speculators_model_type" in conf else eagle3_config.IGNORED_KEYS
 
 
 def _ignored(name: str, conf: dict, path: str) -> bool:
@@ -279,7 +279,7 @@ def _ignored(name: str, conf: dict, path: str) -> bool:
         return True
     if path.startswith("transformer_layer_config."):  # the speculators layer config: the Llama layer keys
         key = path.split(".")[1]
-        return key in eagle3.IGNORED_KEYS and key != "model_type"  # its model_type is checked
+        return key in eagle3_config.IGNORED_KEYS and key != "model_type"  # its model_type is checked
     return path == "speculators_config.verifier.name_or_path"
 
 
@@ -472,13 +472,13 @@ def test_a_loaded_generation_saves_and_loads_back_the_same(tmp_path):
     for name in ("dflash_nested_sliding", "dflash_is_causal", "dflash_attention_bias", "dflash_target_hidden",
                  "dflash_domino", "dflash_domino_shift"):
         d = dflash.load(TARGET, write_checkpoint(tmp_path / name, fixture(name)))
-        again = dflash.load(TARGET, dflash.save_dflash(tmp_path / f"{name}-saved", d.cfg, d.params))
+        again = dflash.load(TARGET, dflash_checkpoint.save_dflash(tmp_path / f"{name}-saved", d.cfg, d.params))
         assert again.cfg == d.cfg, name
         jax.tree.map(np.testing.assert_array_equal, again.params, d.params)
-    cfg, params = dflash.init_dflash(TARGET, 3, 4, (1, 3, 4), MASK, windows=(6, 6, None), causal=(True, True, False),
-                                     attention_bias=True)
+    cfg, params = dflash_checkpoint.init_dflash(TARGET, 3, 4, (1, 3, 4), MASK, windows=(6, 6, None),
+                                                causal=(True, True, False), attention_bias=True)
     assert {"bq", "bk", "bv", "bo"} <= set(params["layers"][0]) and cfg.windows == (6, 6, None)
-    assert dflash.load(TARGET, dflash.save_dflash(tmp_path / "init", cfg, params)).cfg == cfg
+    assert dflash.load(TARGET, dflash_checkpoint.save_dflash(tmp_path / "init", cfg, params)).cfg == cfg
 
 
 # ---------------------------------------------------------------- YaRN rope through the body config
@@ -499,7 +499,7 @@ def test_lookup_hints_start_blocks_from_prompt_lookup_train_as_served_and_stay_l
     conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3}
     d = load_drafter(write_checkpoint(tmp_path / "hints", conf, seed=2), TARGET)
     assert d.cfg.lookup_hints == 3
-    again = dflash.load(TARGET, dflash.save_dflash(tmp_path / "saved", d.cfg, d.params))
+    again = dflash.load(TARGET, dflash_checkpoint.save_dflash(tmp_path / "saved", d.cfg, d.params))
     assert again.cfg == d.cfg
     ids = [ord(c) for c in "the cat sat on the mat and the c"]
     hints = dflash.lookup_hints(d.cfg, [ids])  # what the n-gram drafter proposes after "... and the c"
@@ -527,7 +527,7 @@ def test_hint_bias_drafts_a_hint_near_the_argmax_and_stays_lossless(tmp_path):
     conf["dflash_config"] = {**conf["dflash_config"], "lookup_hints": 3, "hint_bias": 2.5}
     d = load_drafter(write_checkpoint(tmp_path / "bias", conf, seed=2), TARGET)
     assert d.cfg.hint_bias == 2.5
-    assert dflash.load(TARGET, dflash.save_dflash(tmp_path / "saved", d.cfg, d.params)).cfg == d.cfg
+    assert dflash.load(TARGET, dflash_checkpoint.save_dflash(tmp_path / "saved", d.cfg, d.params)).cfg == d.cfg
     logits = jnp.asarray([[[0.0, 5.0, 3.0, 1.0], [0.0, 5.0, 2.0, 1.0], [4.0, 5.0, 0.0, 0.0], [0.0, 5.0, 0.0, 9.0]]])
     hints = jnp.asarray([[2, 2, MASK, 3]])  # within 2.5, not within, no hint, already the argmax
     ids, q = dflash.pick_drafts(d.cfg, logits, hints)
@@ -563,7 +563,7 @@ def test_oov_hints_score_a_hint_outside_the_draft_vocabulary_with_the_target_hea
     d = load_drafter(write_checkpoint(tmp_path / "oov", conf, tensors=tensors), TARGET)
     ids_vd = np.asarray(d.draft_ids)
     assert d.cfg.oov_hints and len(ids_vd) == 48
-    saved = dflash.save_dflash(tmp_path / "saved", d.cfg, d.params, d2t=ids_vd - np.arange(48))
+    saved = dflash_checkpoint.save_dflash(tmp_path / "saved", d.cfg, d.params, d2t=ids_vd - np.arange(48))
     assert dflash.load(TARGET, saved).cfg == d.cfg
     whole = dflash.DFlashDrafter(TARGET, d.cfg, d.params)  # the same weights over the whole target vocabulary
 

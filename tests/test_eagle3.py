@@ -29,17 +29,10 @@ from test_dflash import (
 )
 
 import engine
-from engine.drafters import DrafterError, eagle3, load_drafter
-from engine.drafters.eagle3 import (
-    Eagle3Drafter,
-    config_from_json,
-    draft_vocab_map,
-    eagle3_labels,
-    eagle3_train_logits,
-    init_eagle3,
-    save_eagle3,
-    target_to_draft,
-)
+from engine.drafters import DrafterError, eagle3, eagle3_config, load_drafter
+from engine.drafters.eagle3 import Eagle3Drafter, eagle3_labels, eagle3_train_logits, target_to_draft
+from engine.drafters.eagle3_checkpoint import draft_vocab_map, init_eagle3, save_eagle3
+from engine.drafters.eagle3_config import config_from_json
 from engine.drafters.layers import concat_features
 from tests.prompts import LOSSLESS_PROMPTS
 
@@ -62,7 +55,7 @@ def drafter() -> Eagle3Drafter:
 
 def test_feature_layers_are_published_input_ids_minus_one(drafter):
     assert drafter.feature_layers == (1, LAYERS // 2 - 1, LAYERS - 4)  # inputs of layers 2, N//2, N-3
-    conf = eagle3.config_json(drafter.cfg)
+    conf = eagle3_config.config_json(drafter.cfg)
     assert conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, LAYERS // 2, LAYERS - 3]
     conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 3, 8]
     assert config_from_json(conf, LAYERS).feature_layers == (-1, 2, 7)
@@ -154,7 +147,7 @@ def test_checkpoint_round_trip(tmp_path, drafter):
     save_eagle3(tmp_path / "bf16", drafter.cfg, own_embed, np.asarray(drafter.d2t), dtype="bfloat16")
     assert str(load_file(tmp_path / "bf16" / "model.safetensors")["fc.weight"].dtype) == "bfloat16"
     loaded = eagle3.load(TARGET, tmp_path / "bf16")
-    assert loaded.k == eagle3.DEFAULT_K and "embed" in loaded.params
+    assert loaded.k == eagle3_config.DEFAULT_K and "embed" in loaded.params
     rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), own_embed)
     jax.tree.map(np.testing.assert_array_equal, loaded.params, rounded)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from experiments import bench, kflat, report
+from experiments.bench import drafters as bench
+from experiments.bench import kflat, report
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, SuiteError, load_suite, suite_label
 from storage import open_history
 
@@ -118,13 +119,13 @@ def test_bench_rows(bench_db):
 def test_results_document_is_generated_from_the_history_with_each_tables_command(bench_db, tmp_path):
     doc = tmp_path / "results.md"
     doc.write_text(f"# Results\n\nProse kept.\n\n{report.BEGIN}\nstale\n{report.END}\n\nMore prose.\n")
-    report.write_results(open_history(bench_db["db"]), doc, "python -m experiments.report --markdown results.md")
+    report.write_results(open_history(bench_db["db"]), doc, "python -m experiments.bench.report --markdown results.md")
     text = doc.read_text()
     assert "Prose kept." in text and "More prose." in text and "stale" not in text
     tables = tables_with_commands(text)
     assert len(tables) == 2  # the bench suite and the K-Flat sweep
     assert tables[0][0].startswith("python -m experiments.bench --suite") and "--drafters ar,ngram" in tables[0][0]
-    assert tables[1][0].startswith("python -m experiments.kflat --ks 1,2")
+    assert tables[1][0].startswith("python -m experiments.bench.kflat --ks 1,2")
     bench_rows = {r[0]: r for r in tables[0][1]}
     assert set(bench_rows) == {"ar", "ngram"} and bench_rows["ar"][7] == "1.00x" and bench_rows["ngram"][10] == "2/2"
     assert bench_rows["ar"][8] == "1.00x"  # flat-K: ar against itself
@@ -142,7 +143,7 @@ def test_results_rows_keep_checkpoints_of_one_drafter_kind_apart(bench_db, tmp_p
                     "FROM runs WHERE drafter = 'ngram'")
     doc = tmp_path / "results.md"
     doc.write_text(f"{report.BEGIN}\n{report.END}\n")
-    report.write_results(open_history(db), doc, "python -m experiments.report")
+    report.write_results(open_history(db), doc, "python -m experiments.bench.report")
     bench_rows = {r[0]: r for r in tables_with_commands(doc.read_text())[0][1]}
     assert set(bench_rows) == {"ar", "ngram", "ngram (out/other)"}
     assert bench_rows["ngram"][3] == bench_rows["ngram (out/other)"][3] == "2"  # runs: each its own, not pooled
@@ -247,7 +248,7 @@ def test_kflat_import(tmp_path):
     stored = open_history(db).list_kflat(hardware="gpu: NVIDIA H200")
     assert [(r["k"], r["verify_ms"], r["draft_ms"]) for r in stored] == [(1, 1.8, None), (16, 1.9, 0.3)]
     assert stored[1]["extra"]["note"] == "h200"
-    assert stored[1]["extra"]["command"].startswith("python -m experiments.kflat --import")
+    assert stored[1]["extra"]["command"].startswith("python -m experiments.bench.kflat --import")
     rows.write_text('{"k": 0, "context": 256, "verify_ms": 1.8}\n')
     assert _run(kflat.main, ["--import", str(rows), "--label", "x", "--db", db])[0] == 2
 
@@ -287,7 +288,7 @@ def test_report_empty_history(tmp_path):
 def test_peers_in_interleaved_loop(target, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from experiments.peers import peer_contenders
+    from experiments.bench.peers import peer_contenders
 
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=target.cfg.vocab_size, hidden_size=16, intermediate_size=32,
@@ -307,7 +308,7 @@ def test_peers_in_interleaved_loop(target, tmp_path):
 
 
 def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
-    from experiments.bench import update_cards
+    from experiments.bench.drafters import update_cards
 
     ckpt = tmp_path / "drafter"
     ckpt.mkdir()
@@ -325,7 +326,7 @@ def test_update_cards_records_measured_rows_per_suite_and_k(tmp_path):
 
 
 def test_curves_from_model_cards(tmp_path):
-    from experiments import curves
+    from experiments.training import curves
 
     card = json.loads(Path("checkpoints/smollm2-135m-dflash/training.json").read_text())
     while "averaged" not in card:  # down the default's lineage to a stage of averaged weights: no curve of its own

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engine import load_target
-from experiments import distill
-from experiments import train_drafter as td
+from experiments.data import distill
+from experiments.training import objectives, sequences, train
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -53,7 +53,8 @@ def test_added_features_equal_those_captured_while_generating_and_resume_shard_b
     monkeypatch.setattr(distill, "prefill_features", real)
     manifest = distill.add_features(tmp_path / "added", tiny)  # resumes: shard 0 is not computed again
     assert first.stat().st_mtime_ns == stamp and all(s["feature_seconds"] >= 0 for s in manifest["shards"])
-    captured, added = td.load_sequences([str(tmp_path / "captured")]), td.load_sequences([str(tmp_path / "added")])
+    captured = sequences.load_sequences([str(tmp_path / "captured")])
+    added = sequences.load_sequences([str(tmp_path / "added")])
     assert added.feature_layers == captured.feature_layers and tiny.cfg.num_layers - 1 in added.feature_layers
     assert np.array_equal(added.tokens, captured.tokens)
     for a, c in zip(added.features, captured.features, strict=True):
@@ -66,13 +67,14 @@ def test_added_features_equal_those_captured_while_generating_and_resume_shard_b
 def test_a_step_on_stored_features_equals_a_step_that_recomputes_them(tiny, tmp_path, drafter, soft):
     _distill(tmp_path / "data", tiny, features=False)
     distill.add_features(tmp_path / "data", tiny)
-    stored = td.load_sequences([str(tmp_path / "data")])
-    bare = td.load_sequences([str(tmp_path / "data")], with_features=False)
-    args = td.parse_args(["--drafter", drafter, "--soft", soft, *STEP])
+    stored = sequences.load_sequences([str(tmp_path / "data")])
+    bare = sequences.load_sequences([str(tmp_path / "data")], with_features=False)
+    args = train.parse_args(["--drafter", drafter, "--soft", soft, *STEP])
     losses = []
     for data in (stored, bare):
-        obj = td.OBJECTIVES[drafter](tiny, data, args)
-        batch = td.train_batch(data, args, 0, obj.columns, td.length_buckets(data, args.seq_len, args.bucket))
+        obj = objectives.OBJECTIVES[drafter](tiny, data, args)
+        buckets = sequences.length_buckets(data, args.seq_len, args.bucket)
+        batch = sequences.train_batch(data, args, 0, obj.columns, buckets)
         assert ("feats" in batch) == (data is stored)
         losses.append(float(obj.loss_fn(obj.params, batch, obj.frozen)[0]))
     assert losses[0] == pytest.approx(losses[1], rel=1e-3)

@@ -12,7 +12,7 @@ import pytest
 
 from engine import gated_delta as gd
 from engine.config import CheckpointError
-from engine.model import rms_norm
+from engine.ops import rms_norm
 from engine.qwen3_5 import gated_attention, hybrid_config_from_hf, layer_shapes, load_layer, with_shared_expert
 
 TOL = 1e-4

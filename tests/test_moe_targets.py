@@ -18,9 +18,11 @@ from safetensors.numpy import load_file, save_file
 from engine.cache import init_cache
 from engine.config import CheckpointError, config_from_hf
 from engine.decode import generate
-from engine.drafters.dflash import DFlashDrafter, init_dflash
+from engine.drafters.dflash import DFlashDrafter
+from engine.drafters.dflash_checkpoint import init_dflash
 from engine.drafters.ngram import NgramDrafter
-from engine.model import forward, moe, moe_dense, moe_gathered, route
+from engine.model import forward
+from engine.ops import moe, moe_dense, moe_gathered, route
 from engine.target import load_target
 from engine.weights import FP4_VALUES, dequantize_mxfp4, load_weights
 from tests.test_dflash import OracleMix, scramble

@@ -16,8 +16,9 @@ from engine.config import ModelConfig
 from engine.model import forward
 from engine.target import Target
 from engine.weights import build_params
-from experiments import peers
-from experiments.peers import PeerError, generated_text, parse_completion, parse_speculative
+from experiments.bench import llama_cpp, peers
+from experiments.bench.llama_cpp import generated_text, parse_completion, parse_speculative
+from experiments.bench.peers import PeerError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llama_cpp"
 VOCAB, HIDDEN = 128, 32
@@ -62,15 +63,15 @@ def test_generated_text_after_echoed_prompt():
 # ---------------------------------------------------------------- the build is optional
 
 def test_absent_build_names_the_build_script(tmp_path, monkeypatch):
-    monkeypatch.setenv(peers.LLAMA_CPP_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(llama_cpp.LLAMA_CPP_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(PeerError, match=r"scripts/build_llama_cpp\.sh") as e:
-        peers.llama_cpp_tools()
+        llama_cpp.llama_cpp_tools()
     assert "llama-speculative-simple" in str(e.value) and str(tmp_path / "nowhere") in str(e.value)
 
 
 def test_cli_without_build_says_so_and_exits(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(peers.LLAMA_CPP_ENV, str(tmp_path))
-    assert peers.llama_cpp_main(["--limit", "1"]) == 2
+    monkeypatch.setenv(llama_cpp.LLAMA_CPP_ENV, str(tmp_path))
+    assert llama_cpp.llama_cpp_main(["--limit", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the llama.cpp peer needs llama.cpp's tools") and "build_llama_cpp.sh" in err
 
@@ -85,7 +86,7 @@ def test_dflash_drafters_llama_cpp_would_draft_otherwise_are_refused(tmp_path, c
     """llama.cpp's draft-dflash starts blocks from MASK tokens without a Domino head: a drafter that needs either
     is named as a problem, not run there as another drafter."""
     (tmp_path / "config.json").write_text(json.dumps(config))
-    why = peers.llama_cpp_refusal(tmp_path)
+    why = llama_cpp.llama_cpp_refusal(tmp_path)
     assert why is None if refused is None else refused in why
 
 
@@ -158,5 +159,5 @@ def test_hf_dir_refuses_what_it_cannot_write(tmp_path):
 
 
 def test_same_prefix_compares_over_the_shorter_output():
-    assert peers.same_prefix([1, 2, 3], [1, 2, 3, 4]) and peers.same_prefix([1, 2, 3, 4], [1, 2, 3])
-    assert not peers.same_prefix([1, 2, 3], [1, 5, 3, 4])
+    assert llama_cpp.same_prefix([1, 2, 3], [1, 2, 3, 4]) and llama_cpp.same_prefix([1, 2, 3, 4], [1, 2, 3])
+    assert not llama_cpp.same_prefix([1, 2, 3], [1, 5, 3, 4])

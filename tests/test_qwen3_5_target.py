@@ -16,7 +16,8 @@ from engine.cache import init_cache
 from engine.continuous import greedy_continuous
 from engine.decode import generate, generate_batch, prefill, verify_block, warm_up
 from engine.drafters import dflash
-from engine.drafters.dflash import DFlashDrafter, init_dflash
+from engine.drafters.dflash import DFlashDrafter
+from engine.drafters.dflash_checkpoint import init_dflash
 from engine.drafters.ngram import NgramDrafter
 from engine.model import forward
 from engine.qwen3_5 import commit_states

@@ -1,4 +1,5 @@
-"""The one comparison table (experiments.report.drafter_table): from the newest bench on the sealed test slices, one
+"""The one comparison table (experiments.bench.report.drafter_table): from the newest bench on the sealed test slices,
+one
 row per drafter with the data it trained on, into docs/results.md and the README; the README's drafter list agrees
 with the shipped checkpoints."""
 
@@ -8,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from experiments import report
+from experiments.bench import report
 from storage import open_history
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments import retrain_loop
-from experiments.retrain_loop import TableError, load_table, spread, write_suites
 from experiments.suites import load_suite
+from experiments.training import retrain_loop
+from experiments.training.retrain_loop import TableError, load_table, spread, write_suites
 
 REPO = Path(__file__).resolve().parents[1]
-SQL_TABLE = REPO / "experiments" / "prompt_tables" / "sql_tasks.json"
+SQL_TABLE = REPO / "experiments" / "data" / "prompt_tables" / "sql_tasks.json"
 
 
 def table_file(tmp_path: Path, **parts) -> Path:
@@ -32,8 +32,8 @@ def test_the_sql_table_keeps_its_parts_apart():
 
 def test_sql_is_outside_the_training_prompts():
     """No training prompt source mentions SQL: the domain is new to the shipped drafters."""
-    sources = [*(REPO / "experiments" / "prompt_tables").glob("[!s]*.json"),
-               *(REPO / "experiments" / n for n in ("train_data.py", "code_tasks.py", "drill_prompts.py"))]
+    sources = [*(REPO / "experiments" / "data" / "prompt_tables").glob("[!s]*.json"),
+               *(REPO / "experiments" / "data" / n for n in ("prompts.py", "code_tasks.py", "drill_prompts.py"))]
     assert len(sources) >= 6
     for path in sources:
         assert not re.search(r"\bSQL\b", path.read_text(), re.IGNORECASE), path

@@ -21,8 +21,10 @@ from engine.config import ModelConfig
 from engine.decode import generate, generate_batch
 from engine.drafters import domino
 from engine.drafters.ar import ArDrafter
-from engine.drafters.dflash import DFlashDrafter, init_dflash
-from engine.drafters.eagle3 import Eagle3Drafter, init_eagle3
+from engine.drafters.dflash import DFlashDrafter
+from engine.drafters.dflash_checkpoint import init_dflash
+from engine.drafters.eagle3 import Eagle3Drafter
+from engine.drafters.eagle3_checkpoint import init_eagle3
 from engine.drafters.ngram import NgramDrafter
 from engine.model import forward
 from engine.target import Target, load_target

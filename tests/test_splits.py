@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments import distill, train_drafter
+from experiments.data import distill
 from experiments.suites import DEV_PER_CATEGORY, SUITES, SealedSplitError, check_not_test, load_suite
+from experiments.training import sequences, train
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = {"gsm8k": (20, 80), "humaneval": (20, 144), "mtbench": (16, 64)}
@@ -86,9 +87,9 @@ def test_the_dataset_guard_refuses_training_on_suites_and_selecting_on_a_test_sl
 def test_train_drafter_stops_before_anything_loads_when_the_data_would_leak(tmp_path):
     test = _suite_dataset(tmp_path, "suite:gsm8k/test")
     with pytest.raises(SystemExit, match="never trains on evaluation prompts"):
-        train_drafter.main(["--data", str(REPO / "data" / "eval-gsm8k"), "--out", str(tmp_path)])
+        train.main(["--data", str(REPO / "data" / "eval-gsm8k"), "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="the test slice is sealed"):
-        train_drafter.main(["--data", str(test), "--evaluate", "checkpoints/smollm2-135m-dflash"])
+        train.main(["--data", str(test), "--evaluate", "checkpoints/smollm2-135m-dflash"])
 
 
 def test_export_rows_of_suite_prompts_are_dropped_before_training(tmp_path, capsys):
@@ -96,9 +97,9 @@ def test_export_rows_of_suite_prompts_are_dropped_before_training(tmp_path, caps
     rows = [{"id": 1, "prompt": "Tell me about the weather in a small mountain town today.", "prefix_ids": [1]},
             {"id": 2, "prompt": suite_prompt, "prefix_ids": [2]},
             {"id": 3, "prompt": load_suite("gsm8k", split="dev")[0]["prompt"], "prefix_ids": [3]}]
-    assert [r["id"] for r in train_drafter.trainable_rejections(rows, tmp_path)] == [1]
+    assert [r["id"] for r in sequences.trainable_rejections(rows, tmp_path)] == [1]
     assert "2 of 3 rejections are of suite prompts, dropped" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no rejection left"):
-        train_drafter.trainable_rejections(rows[1:], tmp_path)
+        sequences.trainable_rejections(rows[1:], tmp_path)
     with pytest.raises(SystemExit, match="predates the prompt field"):
-        train_drafter.trainable_rejections([{"id": 1, "prefix_ids": [1]}], tmp_path)
+        sequences.trainable_rejections([{"id": 1, "prefix_ids": [1]}], tmp_path)

@@ -12,10 +12,12 @@ from safetensors.numpy import load_file
 
 from engine import generate, load_drafter, load_target
 from engine.config import ModelConfig
-from engine.drafters import dflash, eagle3
-from engine.drafters.dflash import init_dflash, save_dflash
-from experiments import train_drafter
-from experiments.train_data import build_prompts
+from engine.drafters import dflash, dflash_config, eagle3
+from engine.drafters.dflash_checkpoint import init_dflash, save_dflash
+from engine.drafters.layers import shared_head
+from experiments.data import distill
+from experiments.data.prompts import build_prompts
+from experiments.training import evaluate, loop, objectives, sequences, train
 
 
 def test_training_prompts_are_distinct_and_not_from_the_suites():
@@ -46,7 +48,7 @@ def _train(tmp_path, init, export, name, steps=2, work="work"):
             "--max-new", "8", "--steps", str(steps), "--batch", "2", "--eval-every", "1", "--val", "0",
             "--seq-len", "64", "--anchors", "2", "--out", str(tmp_path / "out"), "--name", name,
             "--work", str(tmp_path / work), "--seed", "3"]
-    train_drafter.main(args)
+    train.main(args)
     return tmp_path / "out" / f"{name}-dflash"
 
 
@@ -56,7 +58,7 @@ def test_finetune_from_export_is_deterministic_resumable_and_loadable(target, ex
     init = save_dflash(tmp_path / "init", cfg, params)
     (init / "training.json").write_text(json.dumps({"drafter": "dflash", "data": {"sequences": 7},
                                                     "training": {"steps": 11}, "curve": []}))
-    seqs = train_drafter.export_sequences(target, export, 2, 8, (1, 8))
+    seqs = sequences.export_sequences(target, export, 2, 8, (1, 8))
     assert sorted(seqs.prompt_lens.tolist()) == sorted(prefix_lens * 2)  # each prefix twice (the weight) ...
     assert all(len(f) == n for f, n in zip(seqs.features, np.diff(seqs.offsets), strict=True))  # ... continued
     a = _train(tmp_path, init, export, "a")
@@ -77,9 +79,9 @@ def test_finetune_from_export_is_deterministic_resumable_and_loadable(target, ex
 
 
 def test_tau_from_runs_caps_each_run_at_k():
-    assert train_drafter.tau_from_runs(np.array([0, 1, 3, 7]), 4) == [1.75, 2.25, 2.75, 3.0]
+    assert evaluate.tau_from_runs(np.array([0, 1, 3, 7]), 4) == [1.75, 2.25, 2.75, 3.0]
     match = np.array([[True, True, False, True], [False, True, True, True]])
-    assert np.asarray(train_drafter.accepted_runs(match)).tolist() == [2, 0]
+    assert np.asarray(objectives.accepted_runs(match)).tolist() == [2, 0]
 
 
 def test_ngram_runs_are_the_engine_lookups_accepted_prefix_and_split_copy_anchors():
@@ -88,11 +90,11 @@ def test_ngram_runs_are_the_engine_lookups_accepted_prefix_and_split_copy_anchor
     tokens = np.array([[5, 6, 7, 8, 9, 5, 6, 7, 8, 4, 0, 0]], np.int32)  # "5 6 7 8" repeats, then departs
     batch = {"tokens": tokens, "lengths": np.array([10]), "anchors": np.array([[5, 6, 8, 3]], np.int32),
              "anchor_valid": np.array([[True, True, True, False]])}
-    runs = train_drafter.ngram_runs(batch, 4)
+    runs = evaluate.ngram_runs(batch, 4)
     # anchor 5 (token 5): lookup proposes 6 7 8 9, truth 6 7 8 4 -> 3; anchor 6: 7 8 9 5 vs 7 8 4 -> 2;
     # anchor 8 (token 8): 9 5 6 7 vs 4 -> 0; the invalid slot stays 0
     assert runs.tolist() == [[3, 2, 0, 0]]
-    split = train_drafter.copy_split(np.array([1, 0, 2]), runs[batch["anchor_valid"]], 4)
+    split = evaluate.copy_split(np.array([1, 0, 2]), runs[batch["anchor_valid"]], 4)
     assert split["copy_fraction"] == pytest.approx(2 / 3, abs=1e-4)
     assert split["copy_tau_est"][3] == 1.5 and split["copy_ngram_tau_est"][3] == 3.5
     assert split["other_tau_est"][3] == 3.0 and split["ngram_tau_est"][0] == pytest.approx(1 + 2 / 3, abs=1e-4)
@@ -105,11 +107,11 @@ def test_walk_replays_the_engines_blocks_from_the_runs_at_every_anchor():
     batch = {"anchors": np.arange(2, 10)[None], "anchor_valid": np.ones((1, 8), bool),
              "prompt_lens": np.array([3]), "lengths": np.array([11])}
     # K=7: anchor 2 keeps 2 + bonus -> 5 keeps 1 + bonus -> 7 keeps 0 -> 8 keeps 3 (past the end): 4 steps, 8 tokens
-    assert train_drafter.walk_taus(batch, runs, 7) == [2.0]
+    assert evaluate.walk_taus(batch, runs, 7) == [2.0]
     # K=1: 2 -> 4 -> 5 -> 7 -> 8 -> 10 (runs capped at 1): 5 steps
-    assert train_drafter.walk_taus(batch, runs, 1) == [8 / 5]
+    assert evaluate.walk_taus(batch, runs, 1) == [8 / 5]
     batch["anchor_valid"][0, 3] = False  # anchor 5 not drawn
-    assert train_drafter.walk_taus(batch, runs, 7) is None
+    assert evaluate.walk_taus(batch, runs, 7) is None
 
 
 def test_walk_tau_of_a_checkpoint_equals_the_engines_greedy_tau(target):
@@ -119,22 +121,22 @@ def test_walk_tau_of_a_checkpoint_equals_the_engines_greedy_tau(target):
     drafter = load_drafter("dflash", target, k=k)
     results = [generate(target, p, drafter=drafter, max_new_tokens=48) for p in prompts]
     seqs = [np.array(r.prompt_ids + r.token_ids, np.int32) for r in results]
-    data = train_drafter.Sequences(np.concatenate(seqs), train_drafter.offsets_of([len(s) for s in seqs]),
+    data = sequences.Sequences(np.concatenate(seqs), sequences.offsets_of([len(s) for s in seqs]),
                                    np.array([len(r.prompt_ids) for r in results]))
-    args = train_drafter.parse_args(["--anchors", "512", "--batch", "2"])
-    [scores] = train_drafter.evaluate_checkpoint(target, drafter.checkpoint, data, args)
+    args = train.parse_args(["--anchors", "512", "--batch", "2"])
+    [scores] = evaluate.evaluate_checkpoint(target, drafter.checkpoint, data, args)
     engine = np.mean([r.stats["tau"] for r in results])
     assert scores["walk_tau"][k - 1] == pytest.approx(engine, abs=1e-4)
     assert scores["walk_tau"][k - 1] != scores["tau_est"][k - 1]  # uniform anchors weigh positions otherwise
 
 
 def test_validation_split_stays_fixed_as_shards_are_appended():
-    train, val = train_drafter.split_validation(500, 40, seed=3)
-    grown_train, grown_val = train_drafter.split_validation(800, 40, seed=3, pool=500)
+    train_rows, val = sequences.split_validation(500, 40, seed=3)
+    grown_train, grown_val = sequences.split_validation(800, 40, seed=3, pool=500)
     assert np.array_equal(val, grown_val) and len(val) == 40
     assert np.array_equal(grown_train, np.setdiff1d(np.arange(800), val)), "every other row trains"
-    assert np.array_equal(grown_train[:len(train)], train), "the old training rows come first, unchanged"
-    assert not np.array_equal(train_drafter.split_validation(800, 40, seed=3)[1], val), "no pool: a new split"
+    assert np.array_equal(grown_train[:len(train_rows)], train_rows), "the old training rows come first, unchanged"
+    assert not np.array_equal(sequences.split_validation(800, 40, seed=3)[1], val), "no pool: a new split"
 
 
 @pytest.mark.slow
@@ -150,14 +152,14 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
     batch = {"tokens": seq[None], "lengths": np.array([len(seq)]), "prompt_lens": np.array([len(out.prompt_ids)]),
              "anchors": np.array([[s.position for s in steps]], np.int32),
              "anchor_valid": np.ones((1, len(steps)), bool)}
-    feats = train_drafter.target_features(target.params, seq[None], cfg=target.cfg, capture=drafter.feature_layers)
+    feats = distill.target_features(target.params, seq[None], cfg=target.cfg, capture=drafter.feature_layers)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), drafter.params)
     if kind == "dflash":
-        batch = train_drafter.add_hints(batch, drafter.cfg)  # the engine's lookup hints, if the drafter uses them
-        runs = train_drafter.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
+        batch = sequences.add_hints(batch, drafter.cfg)  # the engine's lookup hints, if the drafter uses them
+        runs = objectives.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
     else:
         t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
-        runs = train_drafter.eagle3_runs(params, drafter.cfg, params.get("embed", target.params["embed"]), t2d,
+        runs = objectives.eagle3_runs(params, drafter.cfg, params.get("embed", target.params["embed"]), t2d,
                                          feats, batch, drafter.k)
     assert np.asarray(runs)[0].tolist() == [s.accepted for s in steps]
     assert sum(s.accepted for s in steps) > 0  # a real check: the shipped drafters accept something here
@@ -165,9 +167,9 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
 
 def test_finetune_evaluates_its_init_and_keeps_it_when_training_never_beats_it(tmp_path):
     """With --init, step 0 is evaluated and logged; if no later tau_est beats it, the init is what comes back."""
-    seqs = train_drafter.Sequences(np.arange(40, dtype=np.int32) % 7, train_drafter.offsets_of([10] * 4),
+    seqs = sequences.Sequences(np.arange(40, dtype=np.int32) % 7, sequences.offsets_of([10] * 4),
                                    np.full(4, 3, np.int32))
-    args = train_drafter.parse_args(["--init", "some/checkpoint", "--steps", "4", "--eval-every", "2", "--batch", "2",
+    args = train.parse_args(["--init", "some/checkpoint", "--steps", "4", "--eval-every", "2", "--batch", "2",
                                      "--seq-len", "10", "--anchors", "3", "--lr", "0.1", "--patience", "5"])
 
     def loss_fn(p, b, frozen):  # training pulls w toward 1 ...
@@ -176,7 +178,7 @@ def test_finetune_evaluates_its_init_and_keeps_it_when_training_never_beats_it(t
     def runs_fn(p, b, frozen):  # ... while the accepted runs shrink as w grows
         return jnp.broadcast_to(jnp.floor(3.0 * (1.0 - p["w"])).astype(jnp.int32), b["anchors"].shape)
 
-    best, log = train_drafter.train("toy", loss_fn, runs_fn, {"w": jnp.zeros(())}, seqs, seqs, args, tmp_path, None, 3)
+    best, log = loop.train("toy", loss_fn, runs_fn, {"w": jnp.zeros(())}, seqs, seqs, args, tmp_path, None, 3)
     assert [e["step"] for e in log["log"]] == [0, 2, 4] and log["log"][0]["loss"] is None
     assert log["log"][0]["tau_est"] == [2.0, 3.0, 4.0] and log["best"]["step"] == 0
     assert float(best["w"]) == 0.0
@@ -188,13 +190,13 @@ def test_soft_target_loss_equals_cross_entropy_when_the_target_distribution_is_o
     rng = np.random.default_rng(0)
     logits = jnp.asarray(rng.normal(size=(3, 5, 11)), jnp.float32)
     labels = jnp.asarray(rng.integers(0, 11, size=(3, 5)))
-    ce = train_drafter.distill_loss(logits, labels, None, 0.0)
+    ce = objectives.distill_loss(logits, labels, None, 0.0)
     one_hot = jax.nn.one_hot(labels, 11)
     for soft in (0.3, 1.0):
-        np.testing.assert_allclose(train_drafter.distill_loss(logits, labels, one_hot, soft), ce, rtol=1e-5)
+        np.testing.assert_allclose(objectives.distill_loss(logits, labels, one_hot, soft), ce, rtol=1e-5)
     spread = jax.nn.softmax(jnp.asarray(rng.normal(size=(3, 5, 11)), jnp.float32))  # a real distribution: KL differs
-    assert not np.allclose(train_drafter.distill_loss(logits, labels, spread, 1.0), ce, rtol=1e-2)
-    kl_self = train_drafter.distill_loss(jnp.log(spread), labels, spread, 1.0)
+    assert not np.allclose(objectives.distill_loss(logits, labels, spread, 1.0), ce, rtol=1e-2)
+    kl_self = objectives.distill_loss(jnp.log(spread), labels, spread, 1.0)
     np.testing.assert_allclose(kl_self, 0.0, atol=1e-5)  # KL(p || p) = 0
 
 
@@ -205,13 +207,13 @@ def test_soft_targets_are_the_targets_next_token_distribution_at_each_label(targ
     prompt = target.encode("Name three fruits.")
     tokens = np.array([np.concatenate([prompt, generate(target, "Name three fruits.", drafter=ar,
                                                         max_new_tokens=12).token_ids])], np.int32)
-    feats_of = train_drafter.features_fn(target, (1, 8))
+    feats_of = sequences.features_fn(target, (1, 8))
     feats, last = feats_of({"tokens": jnp.asarray(tokens)}, with_last=True)
     assert feats.shape == (1, tokens.shape[1], 2 * target.cfg.hidden_size)
-    head = train_drafter.shared_head(target.params)
+    head = shared_head(target.params)
     anchors = jnp.asarray([[len(prompt) - 1, len(prompt) + 3]])
     rows = anchors[..., None] + jnp.arange(4)  # block rows 1..4 predict tokens a+1..a+4 from hidden rows a..a+3
-    probs = train_drafter.next_token_probs(head, last, rows)
+    probs = objectives.next_token_probs(head, last, rows)
     assert probs.shape == (1, 2, 4, target.cfg.vocab_size)
     np.testing.assert_array_equal(np.argmax(probs, -1)[0], tokens[0][np.asarray(rows[0]) + 1])
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
@@ -228,34 +230,34 @@ def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_it
     anchors, anchor_valid = jnp.asarray([[1]]), jnp.asarray([[True]])
     hints = jnp.asarray([[[3, 9, 4, 7, mask, 2]]])  # rows predict 3 5 4 7 6 9: hinted outside, wrong, inside, outside
     args = (jnp.asarray(to_vocab), tokens, jnp.asarray([8]), anchors, anchor_valid, 7)
-    labels, valid = train_drafter.dflash_labels_in(*args)
+    labels, valid = objectives.dflash_labels_in(*args)
     assert valid[0, 0].tolist() == [False, False, True, False, True, False]
-    labels, valid = train_drafter.dflash_labels_in(*args, jnp.where(hints != mask, hints, -1), 5)
+    labels, valid = objectives.dflash_labels_in(*args, jnp.where(hints != mask, hints, -1), 5)
     assert valid[0, 0].tolist() == [True, False, True, True, True, False]
     assert labels[0, 0].tolist()[:4] == [5, 0, 2, 5]
 
     body = ModelConfig("qwen3", vocab, 4, 8, 1, 1, 1, 4, 1e-6, 1e4, 64)
-    cfg = dflash.DFlashConfig(body, 7, mask, (0,), 1, lookup_hints=3, oov_hints=True)
+    cfg = dflash_config.DFlashConfig(body, 7, mask, (0,), 1, lookup_hints=3, oov_hints=True)
     rng = np.random.default_rng(0)
     embed = jnp.asarray(rng.normal(size=(vocab, 4)), jnp.float32)
     head = dflash.restricted_head({"embed": embed}, draft_ids)
     last = jnp.asarray(rng.normal(size=(1, 8, 4)), jnp.float32)
     rows = anchors[..., None] + jnp.arange(6)
-    probs = train_drafter.next_token_probs(head, last, rows, lambda h, lg: dflash.hint_column(cfg, head, h, lg, hints))
+    probs = objectives.next_token_probs(head, last, rows, lambda h, lg: dflash.hint_column(cfg, head, h, lg, hints))
     full = last[0, np.asarray(rows[0, 0])] @ embed.T  # the target's logits over its whole vocabulary, rows 1..6
     for j, hint in enumerate(np.asarray(hints[0, 0])):
         outside = hint != mask and to_vocab[hint] < 0
         kept = np.concatenate([full[j, draft_ids], full[j, [hint]] if outside else [-np.inf]])
         np.testing.assert_allclose(probs[0, 0, j], jax.nn.softmax(kept), rtol=1e-5, atol=1e-7)
     untied = dflash.restricted_head({"embed": jnp.zeros_like(embed), "lm_head": embed.T}, draft_ids)  # own LM head
-    np.testing.assert_allclose(train_drafter.next_token_probs(
+    np.testing.assert_allclose(objectives.next_token_probs(
         untied, last, rows, lambda h, lg: dflash.hint_column(cfg, untied, h, lg, hints)), probs, rtol=1e-5, atol=1e-7)
 
 
 def test_anchors_cover_every_valid_response_position_when_enough_are_asked():
     rng = np.random.default_rng(1)
     lengths, prompt_lens = np.array([300, 40, 9, 20]), np.array([30, 39, 9, 5])
-    anchors, valid = train_drafter.sample_anchors(rng, lengths, prompt_lens, 512)
+    anchors, valid = sequences.sample_anchors(rng, lengths, prompt_lens, 512)
     assert anchors.shape == (4, 512)
     for a, v, n, p in zip(anchors, valid, lengths, prompt_lens, strict=True):
         assert a[v].tolist() == list(range(p - 1, n - 1))  # every anchor whose next token is a response token
@@ -264,39 +266,39 @@ def test_anchors_cover_every_valid_response_position_when_enough_are_asked():
 
 def test_length_buckets_cover_every_sequence_and_pad_each_batch_to_its_bucket():
     lengths = np.array([5, 60, 64, 65, 130, 500, 7, 200])
-    seqs = train_drafter.Sequences(np.zeros(lengths.sum(), np.int32), train_drafter.offsets_of(lengths),
+    seqs = sequences.Sequences(np.zeros(lengths.sum(), np.int32), sequences.offsets_of(lengths),
                                    np.full(len(lengths), 2, np.int32))
-    args = train_drafter.parse_args(["--bucket", "64", "--seq-len", "448", "--batch", "2", "--anchors", "4"])
-    buckets = train_drafter.length_buckets(seqs, args.seq_len, args.bucket)
+    args = train.parse_args(["--bucket", "64", "--seq-len", "448", "--batch", "2", "--anchors", "4"])
+    buckets = sequences.length_buckets(seqs, args.seq_len, args.bucket)
     assert sorted(np.concatenate(buckets).tolist()) == list(range(len(lengths)))  # a partition
     assert [sorted(b.tolist()) for b in buckets] == [[0, 1, 2, 6], [3], [4], [7], [5]]
     seen = set()
     for step in range(60):
-        batch = train_drafter.train_batch(seqs, args, step, None, buckets)
+        batch = sequences.train_batch(seqs, args, step, None, buckets)
         width = batch["tokens"].shape[1]
         assert width == min(448, -(-int(batch["lengths"].max()) // 64) * 64)  # the longest, rounded up to 64
         seen |= {width}
     assert seen == {64, 128, 192, 256, 448}  # every bucket is drawn
-    every = train_drafter.parse_args(["--bucket", "64", "--batch", "3", "--anchors", "512"])
+    every = train.parse_args(["--bucket", "64", "--batch", "3", "--anchors", "512"])
     for step in range(20):  # anchor columns: as many as the fullest sequence needs, rounded up to the bucket
-        batch = train_drafter.train_batch(seqs, every, step, None, buckets)
+        batch = sequences.train_batch(seqs, every, step, None, buckets)
         fill = batch["lengths"] - batch["prompt_lens"]  # every response position is an anchor
         assert batch["anchor_valid"].sum(1).tolist() == fill.tolist()
         assert batch["anchors"].shape[1] == -(-int(fill.max()) // 64) * 64
-    assert train_drafter.length_buckets(seqs, 448, 0)[0].tolist() == list(range(len(lengths)))
-    args0 = train_drafter.parse_args(["--bucket", "0", "--batch", "2"])
-    assert train_drafter.train_batch(seqs, args0, 0, None, [np.arange(len(lengths))])["tokens"].shape[1] == 448
+    assert sequences.length_buckets(seqs, 448, 0)[0].tolist() == list(range(len(lengths)))
+    args0 = train.parse_args(["--bucket", "0", "--batch", "2"])
+    assert sequences.train_batch(seqs, args0, 0, None, [np.arange(len(lengths))])["tokens"].shape[1] == 448
 
 
 def test_a_batch_seed_draws_new_batches_and_leaves_the_validation_split_alone():
     lengths = np.arange(10, 50)
-    seqs = train_drafter.Sequences(np.arange(lengths.sum(), dtype=np.int32), train_drafter.offsets_of(lengths),
+    seqs = sequences.Sequences(np.arange(lengths.sum(), dtype=np.int32), sequences.offsets_of(lengths),
                                    np.full(len(lengths), 2, np.int32))
     buckets = [np.arange(len(lengths))]
 
     def rows(*extra):
-        args = train_drafter.parse_args(["--bucket", "0", "--batch", "4", "--seq-len", "64", *extra])
-        return [train_drafter.train_batch(seqs, args, step, None, buckets)["lengths"].tolist() for step in range(8)]
+        args = train.parse_args(["--bucket", "0", "--batch", "4", "--seq-len", "64", *extra])
+        return [sequences.train_batch(seqs, args, step, None, buckets)["lengths"].tolist() for step in range(8)]
 
     assert rows() == rows("--batch-seed", "0")  # the default is --seed
     assert rows() != rows("--batch-seed", "1")
@@ -320,7 +322,7 @@ def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(t
     export_annotations(history, tmp_path / "export")
     emitted_before = {s.index: [t for e in run.steps[:s.index] for t in e.emitted] for s in rejected}
     expected = sorted(run.prompt_ids + emitted_before[s.index] + s.drafted[:s.accepted] for s in rejected)
-    seqs = train_drafter.export_sequences(target, tmp_path / "export", 1, 4, ())
+    seqs = sequences.export_sequences(target, tmp_path / "export", 1, 4, ())
     prefixes = sorted(seqs.tokens[seqs.offsets[i]:seqs.offsets[i] + seqs.prompt_lens[i]].tolist()
                       for i in range(len(seqs)))
     assert prefixes == expected
@@ -334,12 +336,13 @@ def test_annotations_stored_exported_and_trained_on_are_exactly_those_prefixes(t
 def test_init_top_starts_the_drafter_layers_from_the_targets_top_layers(kind, tmp_path):
     """--init-top: every tensor the target layer also has is the target's (its leading slice for a narrower FFN);
     the rest stay as initialised."""
-    from experiments.train_drafter import OBJECTIVES, parse_args
+    from experiments.training.objectives import OBJECTIVES
+    from experiments.training.train import parse_args
     from tests.test_app_tiny import tiny_llama
 
     tiny_llama(tmp_path / "t", layers=4)
     target = load_target(str(tmp_path / "t"))
-    data = train_drafter.Sequences(np.arange(40, dtype=np.int32) % 50 + 10, np.array([0, 20, 40]),
+    data = sequences.Sequences(np.arange(40, dtype=np.int32) % 50 + 10, np.array([0, 20, 40]),
                                    np.array([5, 5]), None)
     flags = ["--drafter", kind, "--layers", "2", "--features", "2", "--intermediate", "16", "--draft-vocab", "64"]
     fresh = OBJECTIVES[kind](target, data, parse_args(flags)).params

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from experiments import train_data as td
+from experiments.data import prompts as td
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, SuiteError, load_suite
 
 NO_SHAREGPT = {"math": 0.4, "code": 0.4, "chat": 0.2}
@@ -206,7 +206,7 @@ def test_holdout_ignores_boilerplate_and_wrapper():
 
 
 def test_drill_prompts_are_varied_and_their_sequences_are_progressions():
-    from experiments.drill_prompts import DRILLS
+    from experiments.data.drill_prompts import DRILLS
 
     rows = td.build_prompts(600, seed=0, mix={"drill": 1.0})
     assert len({r["prompt"] for r in rows}) == 600

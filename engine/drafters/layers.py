@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from ..config import CheckpointError, ModelConfig, config_from_hf, read_json
-from ..model import linear, lm_head
+from ..ops import linear, lm_head
 from ..sharding import heads_divide, place_params, zeros
 from ..weights import DTYPES, LAYER_KEYS
 from .base import DrafterError
@@ -293,6 +293,6 @@ def checkpoint_dir(path: str | Path | None, default: Path, what: str, options: d
     if path is None:
         if not (default / "config.json").is_file():
             raise DrafterError(f"no {what} checkpoint shipped yet (expected {default}): train one with "
-                               "experiments/train_drafter.py or pass a checkpoint directory")
+                               "experiments/training/train.py or pass a checkpoint directory")
         return default
     return Path(path).expanduser()

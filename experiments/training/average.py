@@ -1,6 +1,6 @@
 """Average drafter checkpoints of one architecture (a model soup): the weighted mean of their weights.
 
-    python -m experiments.average checkpoints/smollm2-135m-dflash out/story8/smollm2-135m-dflash --out out/soup
+    python -m experiments.training.average checkpoints/smollm2-135m-dflash out/story8/smollm2-135m-dflash --out out/soup
 
 The checkpoints must share config.json (torch_dtype aside) and every tensor's name and shape; integer tensors (the
 draft vocabulary map `d2t`) must be equal. Floats are averaged in float32 and stored in the first one's dtype. The
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", type=float, nargs="+", default=None, help="one per checkpoint, summing to 1")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    command = "python -m experiments.average " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m experiments.training.average " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         print(average_checkpoints(args.checkpoints, args.out, args.weights, command))
     except DrafterError as e:

@@ -25,7 +25,7 @@ Per (suite, drafter, K) over the same n prompts:
   of verification (one target pass for the whole batch);
 - lossless: greedy only (temperature 0): the token ids equal ar's on every prompt (None when sampling).
 `ar` is always run (added first when missing) and has K 0. --peers adds transformers' PyTorch baselines
-(experiments/peers.py) into the same interleaved loop; see its docstring for their timing.
+(experiments/bench/peers.py) into the same interleaved loop; see its docstring for their timing.
 
 --batch B runs consecutive groups of B prompts (whole groups only) verified together (engine.decode_batch):
 tok_per_s is then the batch's throughput (all its tokens over the time until its last sequence finished),
@@ -46,7 +46,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -55,87 +54,32 @@ from engine import (
     CheckpointError,
     DrafterError,
     GenerationError,
-    GenerationResult,
     MeshError,
     Target,
-    generate_batch,
-    load_drafter,
 )
 from engine import load_target as _load_target
-from engine.jit_stats import compile_seconds
 from engine.tokenizer import default_template, parse_template
 from storage import DEFAULT_PATH, HistoryError, drafter_label, open_history
 
-from . import model_card
-from .contenders import Contender, Outcome
-from .suites import SuiteError, load_suite, suite_label
-
-MODEL_DRAFTERS_MISSING = "this engine has no implementation of it yet"
-
-
-def prompt_rows(row: dict) -> list[dict]:
-    """The prompt rows of a bench row: a group's members, or the row itself."""
-    return row.get("rows", [row])
-
-
-def groups_of(prompts: list[dict], batch: int) -> list[dict]:
-    """Consecutive whole groups of `batch` prompts as bench rows (batch 1: the prompts themselves)."""
-    if batch == 1:
-        return prompts
-    return [{"id": f"{prompts[i]['id']}+{batch}", "rows": prompts[i:i + batch]}
-            for i in range(0, len(prompts) - batch + 1, batch)]
-
-
-class EngineContender:
-    """Our engine with one drafter over a group of `batch` prompts verified together; runs that compiled are
-    repeated so compiles never count (their seconds add up in compile_s)."""
-
-    def __init__(self, target: Target, drafter, batch: int = 1, **generate_kw) -> None:
-        self.target, self.drafter, self.batch, self.kw = target, drafter, batch, generate_kw
-        self.name, self.k, self.compile_s = drafter.name, drafter.k, 0.0
-
-    def _generate(self, row: dict) -> list[GenerationResult]:
-        before = compile_seconds()
-        results = generate_batch(self.target, [r["prompt"] for r in prompt_rows(row)], self.drafter, **self.kw)
-        self.compile_s += compile_seconds() - before
-        return results
-
-    def warm_up(self, row: dict) -> None:
-        self._generate(row)
-
-    def run(self, row: dict) -> Outcome:
-        for _ in range(2):
-            results = self._generate(row)
-            if not any(r.stats["compiles"] for r in results):
-                break
-        ids = [r.token_ids for r in results]
-        return Outcome(ids if "rows" in row else ids[0], max(r.stats["decode_s"] for r in results),
-                       sum(r.stats["n_generated"] for r in results), max(r.stats["wall_s"] for r in results), results)
-
-
-def interleave(prompts: list[dict], contenders: list[Contender],
-               on_outcome: Callable[[dict, Contender, Outcome], None], progress=None) -> None:
-    """For each prompt: every contender in order (the reference first), reporting each outcome as it lands."""
-    for row in prompts:
-        for c in contenders:
-            on_outcome(row, c, c.run(row))
-            if progress is not None:
-                progress.update()
+from ..suites import SuiteError, load_suite, suite_label
+from ..training import cards
+from .contenders import (
+    Contender,
+    EngineContender,
+    Outcome,
+    fmt,
+    groups_of,
+    interleave,
+    load_contenders,
+    ms_per_token,
+    prompt_rows,
+    sequences,
+    text_table,
+)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num and den else None
-
-
-def sequences(o: Outcome) -> list[list[int]]:
-    """An outcome's token ids per prompt."""
-    return [r.token_ids for r in o.results] if o.results else [o.token_ids]
-
-
-def ms_per_token(outcomes: list[Outcome]) -> float | None:
-    """Pooled decode milliseconds per decoded token."""
-    tokens = sum(o.decode_tokens for o in outcomes)
-    return 1e3 * sum(o.decode_s for o in outcomes) / tokens if tokens else None
 
 
 def step_ms(outcomes: list[Outcome]) -> dict:
@@ -167,51 +111,20 @@ def summarize(suite: str, c: Contender, outcomes: list[Outcome], ref: list[Outco
     }
 
 
-def _fmt(value, spec: str = ".2f", none: str = "-") -> str:
-    return none if value is None else format(value, spec)
-
-
-def text_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain fixed-width table: first column left-aligned, others right-aligned."""
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=True)]
-    lines = []
-    for cells in [headers, *rows]:
-        lines.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
-                               for i, (x, w) in enumerate(zip(cells, widths, strict=True))))
-    return "\n".join(lines)
-
-
 def suite_table(rows: list[dict]) -> str:
     """The printed comparison of one suite; peer rows carry `ours_x` (how many times faster ours is)."""
     body = []
     for r in rows:
         check = "-" if r["lossless"] is None else f"{r['n_lossless']}/{r['n']}"
         body.append([drafter_label(r["drafter"], r.get("checkpoint")), r["k"], r.get("batch", 1), r["n"],
-                     _fmt(r["tau"]),
-                     _fmt(r["acceptance_rate"], ".3f"), _fmt(r["tok_per_s"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
-                     _fmt(r.get("x_ar1"), ".2f") + "x", _fmt(r.get("flat_x"), ".2f") + "x",
-                     _fmt(r.get("draft_ms"), ".1f"),
-                     _fmt(r.get("verify_ms"), ".1f"), check, _fmt(r.get("compile_s"), ".1f"),
-                     _fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
+                     fmt(r["tau"]),
+                     fmt(r["acceptance_rate"], ".3f"), fmt(r["tok_per_s"], ".1f"), fmt(r["speedup"], ".2f") + "x",
+                     fmt(r.get("x_ar1"), ".2f") + "x", fmt(r.get("flat_x"), ".2f") + "x",
+                     fmt(r.get("draft_ms"), ".1f"),
+                     fmt(r.get("verify_ms"), ".1f"), check, fmt(r.get("compile_s"), ".1f"),
+                     fmt(r.get("ours_x"), ".2f", "") + ("x" if r.get("ours_x") else "")])
     return text_table(["drafter", "K", "batch", "n", "tau", "accept", "tok/s", "speedup", "x ar1", "flat-K x",
                        "draft ms", "verify ms", "lossless", "compile s", "ours x"], body)
-
-
-def load_contenders(target: Target, names: list[str], ks: list[int], batches: tuple[int, ...] = (1,),
-                    **kw) -> tuple[list[EngineContender], list[str]]:
-    """Engine contenders (per batch size: ar first, K 0) and one line per drafter that could not be loaded."""
-    drafters, problems = [load_drafter("ar", target)], {}
-    for name in dict.fromkeys(n for n in names if n != "ar"):
-        for k in ks:
-            try:
-                drafters.append(load_drafter(name, target, k=k))
-            except ModuleNotFoundError as e:
-                problems.setdefault((name, f"{MODEL_DRAFTERS_MISSING} ({e.name} is missing)"), []).append(k)
-            except (DrafterError, CheckpointError, OSError) as e:
-                problems.setdefault((name, str(e)), []).append(k)
-    lines = [f"drafter {name} unavailable at K={','.join(map(str, k_list))}: {why}"
-             for (name, why), k_list in problems.items()]
-    return [EngineContender(target, d, b, **kw) for b in batches for d in drafters], lines
 
 
 class _Recorder:
@@ -275,7 +188,7 @@ def peer_rows(rows: list[dict]) -> None:
 def bench_suite(label: str, prompts: list[dict], contenders: list[Contender], history, session: str,
                 greedy: bool, progress=None, command: str = "") -> list[dict]:
     """Run the interleaved loop on one suite and return its rows (engine contenders first, then peers); every stored
-    run records `command` (the bench command line), which experiments.report prints above its table."""
+    run records `command` (the bench command line), which experiments.bench.report prints above its table."""
     record = _Recorder(history, label, session, greedy, command)
     interleave(prompts, contenders, record, progress)
     ref = [record.ref[row["id"]] for row in prompts]
@@ -292,7 +205,8 @@ def bench_suite(label: str, prompts: list[dict], contenders: list[Contender], hi
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", default="gsm8k", help="comma-separated suite names or JSONL paths")
     ap.add_argument("--drafters", default="ar,ngram")
     ap.add_argument("--k", default="4,8", help="comma-separated draft lengths (ar always runs at K 0)")
@@ -403,7 +317,7 @@ def update_cards(rows: list[dict], max_new_tokens: int, command: str = "") -> No
                                     "command": command}]
         card_path.write_text(json.dumps(card, indent=1))
         if "drafter" in card:
-            model_card.write_card(card_path.parent)
+            cards.write_readme(card_path.parent)
 
 
 def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Target, problems: list[str],
@@ -423,6 +337,3 @@ def _print_suite(label: str, rows: list[dict], a: argparse.Namespace, target: Ta
     bar.write(f"{head}\n{suite_table(rows)}{tail}", file=sys.stdout)
     sys.stdout.flush()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

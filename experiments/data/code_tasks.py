@@ -1,6 +1,6 @@
 """Code tasks for drafter-training prompts: (signature, what it does, reference implementation, example arguments).
 
-HumanEval-like tasks whose docstring examples experiments.train_data computes with the reference implementation;
+HumanEval-like tasks whose docstring examples experiments.data.prompts computes with the reference implementation;
 the implementations are code, so the table lives here rather than in prompt_tables/.
 """
 

@@ -1,12 +1,13 @@
 """Ablations of the drafter recipe: one training run per arm, the same data, steps and validation set, resumable.
 
-    python -m experiments.ablate --out out/ablate --arms hard,soft,anchors-512 -- --drafter dflash \
+    python -m experiments.training.ablate --out out/ablate --arms hard,soft,anchors-512 -- --drafter dflash \
         --data data/distill-v3 --val 128 --val-pool 12800 --steps 1500 --eval-every 250 --patience 100
 
-    python -m experiments.ablate --out out/curve --arms data-2.5k,data-5k --arm "data-2.5k=--limit-sequences 2500" \
+    python -m experiments.training.ablate --out out/curve --arms data-2.5k,data-5k \
+        --arm "data-2.5k=--limit-sequences 2500" \
         --arm "data-5k=--limit-sequences 5000" -- ...                  # arms of one's own: a data-size curve
 
-Each arm is experiments.train_drafter with the flags after `--` plus its own (ARMS, --arm; an arm may name another
+Each arm is experiments.training.train with the flags after `--` plus its own (ARMS, --arm; an arm may name another
 --drafter, so EAGLE-3 and DFlash arms share one table); a finished arm (its checkpoint card exists) is skipped and
 an interrupted one resumes from its work directory, so the command can be run again after a stop. Then one row per
 finished arm (OUT/ablations.json, and as Markdown OUT/ablations.md): best
@@ -24,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import model_card, train_drafter
+from experiments.training import cards, train
 
 ARMS: dict[str, list[str]] = {
     "hard": [],  # cross-entropy on the target's greedy token
@@ -45,7 +46,7 @@ def card_path(out: Path, arm: str, kind: str) -> Path:
 def run_arm(out: Path, arm: str, flags: list[str], shared: list[str]) -> None:
     """Train one arm (or resume it)."""
     argv = [*shared, *flags, "--work", str(out / arm / "work"), "--out", str(out / arm), "--name", arm]
-    train_drafter.main(argv)
+    train.main(argv)
 
 
 def tau_at_time(curve: list[dict], seconds: float, k: int) -> float | None:
@@ -54,16 +55,16 @@ def tau_at_time(curve: list[dict], seconds: float, k: int) -> float | None:
     return done[-1]["tau_est"][min(k, len(done[-1]["tau_est"])) - 1] if done else None
 
 
-def summary(cards: dict[str, dict], flags: dict[str, list[str]], k: int, command: str) -> dict:
+def summary(arm_cards: dict[str, dict], flags: dict[str, list[str]], k: int, command: str) -> dict:
     """The ablation record: one row per finished arm (cards in arm order), deltas against the first."""
     def best(card: dict) -> float:
         return max(e["tau_est"][min(k, len(e["tau_est"])) - 1] for e in card["curve"] if e.get("tau_est"))
 
-    arms = list(cards)
-    base, base_wall = best(cards[arms[0]]), cards[arms[0]]["training"]["wall_s"]
+    arms = list(arm_cards)
+    base, base_wall = best(arm_cards[arms[0]]), arm_cards[arms[0]]["training"]["wall_s"]
     rows = []
     for arm in arms:
-        card, tau = cards[arm], best(cards[arm])
+        card, tau = arm_cards[arm], best(arm_cards[arm])
         rates = [e["labels_per_s"] for e in card["curve"] if e.get("labels_per_s")]
         rows.append({"arm": arm, "flags": shlex.join(flags[arm]), "tau_est": round(tau, 4),
                      "delta": round(tau - base, 4), "steps": card["training"]["steps"],
@@ -71,7 +72,7 @@ def summary(cards: dict[str, dict], flags: dict[str, list[str]], k: int, command
                      "labels_per_s": round(sum(rates) / len(rates), 1) if rates else None,
                      "tau_est_at_base_wall": tau_at_time(card["curve"], base_wall, k)})
     return {"k": k, "date": time.strftime("%Y-%m-%d"), "command": command, "base": arms[0], "base_wall_s": base_wall,
-            "same_validation": len({c["data"]["validation_sha256"] for c in cards.values()}) == 1, "rows": rows}
+            "same_validation": len({c["data"]["validation_sha256"] for c in arm_cards.values()}) == 1, "rows": rows}
 
 
 def attach(checkpoint: Path, record: dict) -> None:
@@ -80,7 +81,7 @@ def attach(checkpoint: Path, record: dict) -> None:
     card = json.loads(path.read_text())
     card["ablations"] = record
     path.write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
-    model_card.write_card(checkpoint)
+    cards.write_readme(checkpoint)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown arm(s) {', '.join(unknown)}; known: {', '.join(flags)}", file=sys.stderr)
         return 2
-    kinds = {arm: train_drafter.parse_args([*shared, *flags[arm]]).drafter for arm in arms}
+    kinds = {arm: train.parse_args([*shared, *flags[arm]]).drafter for arm in arms}
     if "both" in kinds.values():
         print("error: one drafter kind per arm (--drafter dflash or eagle3)", file=sys.stderr)
         return 2
@@ -114,15 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     for arm in arms:
         if not a.table_only and not card_path(out, arm, kinds[arm]).is_file():
             run_arm(out, arm, flags[arm], shared)
-    cards = {arm: json.loads(card_path(out, arm, kinds[arm]).read_text()) for arm in arms
+    arm_cards = {arm: json.loads(card_path(out, arm, kinds[arm]).read_text()) for arm in arms
              if card_path(out, arm, kinds[arm]).is_file()}
-    if not cards:
+    if not arm_cards:
         print("error: no finished arm to tabulate", file=sys.stderr)
         return 2
-    command = "python -m experiments.ablate " + shlex.join(sys.argv[1:] if argv is None else argv)
-    record = summary(cards, flags, a.k, command)
+    command = "python -m experiments.training.ablate " + shlex.join(sys.argv[1:] if argv is None else argv)
+    record = summary(arm_cards, flags, a.k, command)
     (out / "ablations.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    text = "\n".join(model_card.ablation_table(record))
+    text = "\n".join(cards.ablation_table(record))
     (out / "ablations.md").write_text(text + "\n", encoding="utf-8")
     print(text)
     if a.attach:

@@ -1,7 +1,7 @@
-"""Training curves from drafter model cards (the training.json that experiments.train_drafter writes): validation
+"""Training curves from drafter model cards (the training.json that experiments.training.train writes): validation
 tau_est against training steps per run, and each run's best tau_est against its training sequences and depth.
 
-    python -m experiments.curves out/curve/*-ckpt/* checkpoints/smollm2-135m-eagle3 --k 4 --out out/curves
+    python -m experiments.training.curves out/curve/*-ckpt/* checkpoints/smollm2-135m-eagle3 --k 4 --out out/curves
 
 Writes DIR/curves.md (one row per run) and DIR/curves.html. Runs are comparable only on the same validation
 sequences: the table names each run's validation set and the report says when they differ.

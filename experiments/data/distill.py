@@ -1,9 +1,9 @@
 """Self-distillation dataset: training prompts answered by the target's own greedy decoding, in shards.
 
-    python -m experiments.distill --out data/distill --prompts 12000 [--mix math=0.45,code=0.3,...] [--max-new 192]
+    python -m experiments.data.distill --out data/distill --prompts 12000 [--mix math=0.45,code=0.3,...] [--max-new 192]
         [--slots 32] [--shard-size 256]
 
-Prompts come from experiments.train_data.build_prompts (seeded; suites held out); responses from the engine's
+Prompts come from experiments.data.prompts.build_prompts (seeded; suites held out); responses from the engine's
 lean greedy path with continuous batching (engine.continuous: the `ar` decoding without drafting or traces). The
 dataset is a directory of shards plus manifest.json (prompt source, mix, seed, target, counts, sha256 per
 shard). Shard i holds prompts [i*S, (i+1)*S) of the prompt list (those over --max-prompt tokens are skipped
@@ -12,7 +12,7 @@ A shard is written to a temporary file and renamed, then the manifest is rewritt
 interrupted run (Ctrl-C, a killed process) loses only the shards in progress, and running the same command
 again resumes after the last finished shard. A larger --prompts appends shards to an existing dataset.
 
-    python -m experiments.distill --out data/distill-v3 --add-features    # feature sidecars for a dataset without
+    python -m experiments.data.distill --out data/distill-v3 --add-features    # feature sidecars for a dataset without
 
 computes the target features of an existing dataset (one prefill per sequence, shard by shard, resumable), so
 training reads them instead of prefilling every batch again in every epoch.
@@ -21,7 +21,6 @@ training reads them instead of prefilling every batch again in every epoch.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import time
@@ -36,11 +35,12 @@ from tqdm import tqdm
 from engine import load_target
 from engine.cache import init_cache
 from engine.continuous import cache_len_for_queue, greedy_continuous
-from engine.drafters import dflash, eagle3
+from engine.drafters import dflash_config, eagle3_config
 from engine.model import forward
 from engine.target import Target
+from experiments.data.prompts import build_prompts
 from experiments.suites import SealedSplitError, check_not_test, load_suite
-from experiments.train_data import build_prompts
+from storage.digest import sha256
 
 MANIFEST = "manifest.json"
 STEPS_PER_CALL = 8  # greedy steps per device call: the host sees EOS at most this late
@@ -49,7 +49,8 @@ STEPS_PER_CALL = 8  # greedy steps per device call: the host sees EOS at most th
 def feature_layers(num_target_layers: int) -> tuple[int, ...]:
     """Target layers kept with the data: those the default DFlash (5 features) and EAGLE-3 drafters read, and the
     final-normed hidden state (layer id N-1: the target's next-token distribution for soft targets)."""
-    ids = dflash.default_target_layer_ids(num_target_layers, 5) + eagle3.default_feature_layers(num_target_layers)
+    ids = (dflash_config.default_target_layer_ids(num_target_layers, 5)
+           + eagle3_config.default_feature_layers(num_target_layers))
     return tuple(sorted({*ids, num_target_layers - 1}))
 
 
@@ -86,7 +87,7 @@ def add_features(out: Path, target: Target, batch: int = 8) -> dict:
     an interrupted run resumes. Returns the manifest (each shard's feature_layers and feature_seconds set)."""
     manifest = read_manifest(out)
     if manifest is None:
-        raise DatasetError(f"{out} has no {MANIFEST}: not a distill dataset (python -m experiments.distill)")
+        raise DatasetError(f"{out} has no {MANIFEST}: not a distill dataset (python -m experiments.data.distill)")
     if manifest["target"] != target.name:
         raise DatasetError(f"{out} was made by {manifest['target']}, not {target.name}: its features would not match")
     capture = feature_layers(target.cfg.num_layers)
@@ -108,10 +109,6 @@ FIXED = ("target", "dtype", "seed", "mix", "max_new", "max_prompt", "shard_size"
 
 class DatasetError(ValueError):
     """A dataset directory that does not match the request or fails its checksums."""
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -172,7 +169,7 @@ def greedy_responses(target: Target, prompts: list[np.ndarray], max_new: int, sl
 
 def prompts_hash(rows: list[dict], idx) -> str:
     """sha256 of a shard's prompt texts: a resumed or extended dataset checks its shards' prompts are unchanged."""
-    return hashlib.sha256("\x00".join(rows[i]["prompt"] for i in idx).encode()).hexdigest()[:16]
+    return sha256("\x00".join(rows[i]["prompt"] for i in idx), short=True)
 
 
 def _write_shard(out: Path, manifest: dict, number: int, pending: dict, done: dict, capture: tuple[int, ...],
@@ -193,7 +190,7 @@ def _write_shard(out: Path, manifest: dict, number: int, pending: dict, done: di
         "response_tokens": int(sum(len(r) for r in responses)),
         "kinds": {k: sum(kind_of[i] == k for i in keep) for k in kinds},
         "seconds": round(seconds, 1), "device": jax.devices()[0].device_kind, "feature_layers": list(capture),
-        "prompts_sha256": pending["prompts_sha256"], "sha256": _sha256(path)})
+        "prompts_sha256": pending["prompts_sha256"], "sha256": sha256(path)})
     _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
 
 
@@ -220,7 +217,7 @@ def check_suite_data(dirs: list[str | Path], *, training: bool, what: str) -> No
                                    "never trains on evaluation prompts; it evaluates on them (--evaluate)")
         if split is None:
             raise SealedSplitError(f"{d} records no slice of the {suite} suite: rebuild it with python -m "
-                                   f"experiments.distill --suite {suite} --out {d} (the dev slice)")
+                                   f"experiments.data.distill --suite {suite} --out {d} (the dev slice)")
         check_not_test(split, f"{what} on {d}")
 
 
@@ -241,7 +238,7 @@ def row_kinds(*dirs: str | Path) -> np.ndarray:
     for d in map(Path, dirs):
         manifest = read_manifest(d)
         if manifest is None:
-            raise DatasetError(f"{d} has no {MANIFEST}: not a distill dataset (python -m experiments.distill)")
+            raise DatasetError(f"{d} has no {MANIFEST}: not a distill dataset (python -m experiments.data.distill)")
         shards = manifest["shards"]
         n = max((s["first_prompt"] + s["prompts"] for s in shards), default=0)
         rows = prompt_rows(manifest["prompt_source"], n, manifest["seed"], manifest["mix"])
@@ -270,7 +267,7 @@ def run(out: Path, n_prompts: int, *, target: Target, seed: int = 0, mix: dict |
     capture = feature_layers(target.cfg.num_layers) if features else ()
     settings = {"target": target.name, "dtype": target.dtype, "seed": seed, "mix": mix, "max_new": max_new,
                 "max_prompt": max_prompt, "shard_size": shard_size,
-                "prompt_source": f"suite:{suite}/dev" if suite else "experiments.train_data.build_prompts"}
+                "prompt_source": f"suite:{suite}/dev" if suite else "experiments.data.prompts.build_prompts"}
     manifest = read_manifest(out) or {**settings, "shards": []}
     changed = [k for k in FIXED if manifest.get(k) != settings[k]]
     if changed:
@@ -338,10 +335,10 @@ def load_dataset(*dirs: str | Path) -> dict:
     for d in map(Path, dirs):
         manifest = read_manifest(d)
         if manifest is None:
-            raise DatasetError(f"{d} has no {MANIFEST}: not a distill dataset (python -m experiments.distill)")
+            raise DatasetError(f"{d} has no {MANIFEST}: not a distill dataset (python -m experiments.data.distill)")
         for i, shard in enumerate(manifest["shards"]):
             path = d / shard["file"]
-            if not path.is_file() or _sha256(path) != shard["sha256"]:
+            if not path.is_file() or sha256(path) != shard["sha256"]:
                 raise DatasetError(f"{path} is missing or does not match its checksum in {d / MANIFEST}")
             with np.load(path, allow_pickle=False) as f:
                 tokens.append(f["tokens"].astype(np.int32))
@@ -376,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=None, help="dataset size in prompts (resumes / extends)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mix", type=parse_mix, default=None, help="prompt kinds' weights, e.g. math=0.45,code=0.3,"
-                    "sharegpt=0.15,chat=0.1 (default: experiments.train_data.DEFAULT_MIX)")
+                    "sharegpt=0.15,chat=0.1 (default: experiments.data.prompts.DEFAULT_MIX)")
     ap.add_argument("--max-new", type=int, default=192)
     ap.add_argument("--max-prompt", type=int, default=384)
     ap.add_argument("--slots", type=int, default=32, help="sequences decoded at once (continuous batching)")

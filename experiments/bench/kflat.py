@@ -1,8 +1,11 @@
-"""K-Flat sweeps into the history: verify (and draft) latency over K x context, labelled with the hardware.
+"""The K-Flat command: verify (and draft) latency over K x context, labelled with the hardware, into the history.
 
-    python -m experiments.kflat [--ks 1,2,4,...,128] [--contexts 128,512,1024] [--drafter NAME] [--db PATH]
-        [--label TEXT] [--repeats 5] [--target PATH] [--dtype float32|bfloat16] [--json]
-    python -m experiments.kflat --import rows.jsonl --label "gpu: NVIDIA H200" [--backend gpu] [--model M] [--dtype D]
+    python -m experiments.bench.kflat [--ks 1,2,4,...,128] [--context 128,512,1024] [--drafter NAME] [--db PATH]
+        [--label TEXT] [--repeats 5] [--target PATH] [--dtype float32|bfloat16] [--cache-rows N] [--json]
+        [--no-store]
+    python -m experiments.bench.kflat --target config.json --random-weights ...   # shapes only: random weights
+    python -m experiments.bench.kflat --import rows.jsonl --label "gpu: NVIDIA H200" [--backend gpu] [--model M]
+        [--dtype D]
 
 Measuring uses engine.kflat.measure_kflat (median of `repeats` after a warm-up, one cache size per context).
 The default label is "<jax backend>: <device kind, or the CPU model from /proc/cpuinfo> (<N> cores)".
@@ -13,43 +16,37 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
 
+import jax
+
+from engine import CheckpointError, GenerationError, Target, load_target
+from engine.config import config_from_hf, read_json
+from engine.hardware import hardware_label
+from engine.kflat import measure_kflat
+from engine.weights import random_params
 from storage import DEFAULT_PATH, HistoryError, open_history
 
-from .suites import SuiteError, read_jsonl
+from ..suites import SuiteError, read_jsonl
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (or the platform's processor string)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
+def sweep(target, ks: list[int], contexts: list[int], drafter: str | None = None, repeats: int = 5,
+          cache_rows: int | None = None) -> list[dict]:
+    """Rows {context, k, verify_ms, draft_ms, cache_rows} for every context x K."""
+    return [{"context": c, **row} for c in contexts
+            for row in measure_kflat(target, ks, c, drafter, repeats, cache_rows=cache_rows)]
 
 
-def hardware_label() -> str:
-    """e.g. "cpu: AMD EPYC (2 cores)" or "gpu: NVIDIA H200 (16 cores)"."""
-    import jax
-
-    kind = jax.devices()[0].device_kind
-    name = cpu_model() if jax.default_backend() == "cpu" or kind.lower() == "cpu" else kind
-    return f"{jax.default_backend()}: {name} ({os.cpu_count()} cores)"
-
-
-def sweep(target, ks: list[int], contexts: list[int], drafter: str | None = None, repeats: int = 5) -> list[dict]:
-    """Rows {context, k, verify_ms, draft_ms} for every context x K."""
-    from engine.kflat import measure_kflat
-
-    return [{"context": c, **row} for c in contexts for row in measure_kflat(target, ks, c, drafter, repeats)]
+def load_for_sweep(path: str | None, dtype: str, tokenizer: str | None, random_weights: bool) -> Target:
+    """The target to time: a checkpoint (or the embedded default), or random weights of a config.json's shapes."""
+    if not random_weights:
+        return load_target(path, dtype, tokenizer)
+    if path is None:
+        raise ValueError("--random-weights needs --target pointing at a config.json")
+    cfg = config_from_hf(read_json(Path(path)))
+    return Target(cfg, random_params(cfg, dtype), None, Path(path), dtype, (), f"{path} (random)")
 
 
 def _number(path: Path, n: int, row: dict, key: str, kind: type, required: bool = True):
@@ -97,39 +94,44 @@ def main(argv: list[str] | None = None, target=None) -> int:
     """CLI entry; `target` lets a caller pass an already loaded target."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="1,2,4,8,16,32,64,128")
-    ap.add_argument("--contexts", default="128,512,1024")
+    ap.add_argument("--context", "--contexts", dest="contexts", default="128,512,1024",
+                    help="comma-separated context lengths")
+    ap.add_argument("--cache-rows", type=int, default=None,
+                    help="target cache size (default: the smallest bucket holding context + the widest block)")
     ap.add_argument("--drafter", default=None)
     ap.add_argument("--db", default=DEFAULT_PATH)
     ap.add_argument("--label", default=None, help="hardware label (default: measured from this machine)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--target", default=None)
     ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default float32")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="--target is a config.json: time random weights of its shapes (latency depends on shapes)")
+    ap.add_argument("--no-store", action="store_true", help="print the rows only; write nothing to the history")
     ap.add_argument("--import", dest="import_file", default=None, help="store rows measured elsewhere")
     ap.add_argument("--backend", default=None, help="with --import: the backend the rows come from")
     ap.add_argument("--model", default=None, help="with --import: the model the rows come from")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
-        history = open_history(a.db)
+        history = None if a.no_store else open_history(a.db)
         if a.import_file:
             if not a.label:
                 raise ValueError("--import needs --label naming the hardware the rows were measured on")
             rows = _show(read_rows(Path(a.import_file)), a.json)
             meta = dict(hardware=a.label, backend=a.backend, model=a.model, dtype=a.dtype, drafter=a.drafter)
         else:
-            import jax
-
-            from engine import load_target
-
-            target = target or load_target(a.target, a.dtype or "float32")
+            target = target or load_for_sweep(a.target, a.dtype or "float32", a.tokenizer, a.random_weights)
             ks, rows = _ints(a.ks), []
             for context in _ints(a.contexts):
-                rows += _show(sweep(target, ks, [context], a.drafter, a.repeats), a.json)
+                rows += _show(sweep(target, ks, [context], a.drafter, a.repeats, a.cache_rows), a.json)
             meta = dict(hardware=a.label or hardware_label(), backend=jax.default_backend(), model=target.name,
                         dtype=target.dtype, drafter=a.drafter)
-        command = "python -m experiments.kflat " + shlex.join(sys.argv[1:] if argv is None else argv)
+        if history is None:
+            return 0
+        command = "python -m experiments.bench.kflat " + shlex.join(sys.argv[1:] if argv is None else argv)
         sweep_id = history.write_kflat([{**r, "command": command} for r in rows], **meta)
-    except (SuiteError, HistoryError, ValueError, OSError, RuntimeError) as e:
+    except (SuiteError, HistoryError, CheckpointError, GenerationError, ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"stored sweep {sweep_id} ({len(rows)} rows) as {meta['hardware']!r} in {history.path}", file=sys.stderr)

@@ -1,8 +1,9 @@
 """The annotate -> retrain loop's driving steps, over a running app's HTTP API and a domain prompt table.
 
-    python -m experiments.retrain_loop suites --table experiments/prompt_tables/sql_tasks.json --out out/retrain
-    python -m experiments.retrain_loop annotate --url http://127.0.0.1:7860 \
-        --table experiments/prompt_tables/sql_tasks.json --drafter dflash --k 7 --max-new-tokens 96 \
+    python -m experiments.training.retrain_loop suites --table experiments/data/prompt_tables/sql_tasks.json \
+        --out out/retrain
+    python -m experiments.training.retrain_loop annotate --url http://127.0.0.1:7860 \
+        --table experiments/data/prompt_tables/sql_tasks.json --drafter dflash --k 7 --max-new-tokens 96 \
         --label sql --per-run 4 --export retrain-sql
 
 A prompt table is JSON {"domain", "category", "annotate": [{id, prompt}], "heldout": [{id, prompt}]}: ids and
@@ -11,7 +12,7 @@ prompts distinct, and no prompt in both parts. `suites` writes each part as a JS
 `annotate` runs every prompt of the annotate part through the app's /generate with one drafter, labels up to
 --per-run of each run's rejected tokens (spread over the run) through /annotate, exports the label's annotations
 with /export_annotations into the app's export root and prints one JSON line per run and a summary line.
-The export then feeds `python -m experiments.train_drafter --export DIR --init CHECKPOINT`.
+The export then feeds `python -m experiments.training.train --export DIR --init CHECKPOINT`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Engine floor: our `ar` decode against transformers' PyTorch greedy generate, same prompt, same model, one process.
 
-    python -m experiments.bench_engine [--prompt TEXT] [--max-new-tokens 128] [--dtype float32|bfloat16|both]
+    python -m experiments.bench.engine_speed [--prompt TEXT] [--max-new-tokens 128] [--dtype float32|bfloat16|both]
         [--repeats 3] [--torch-threads 1,N] [--target PATH] [--json]
 
 Each contender is warmed up once, then the contenders alternate `--repeats` times (the loop of
 experiments.bench). transformers runs at each --torch-threads count (default 1 and all cores: on a busy shared
 CPU its default thread count can be ~10x slower) and "vs HF" compares with its fastest row. ms/token is pooled
 decode time per decoded token, prefill excluded (transformers: from its first generated token, see
-experiments/peers.py). Weight bandwidth = weight bytes x tokens/s, the gpt-fast figure, next to a numpy copy of
+experiments/bench/peers.py). Weight bandwidth = weight bytes x tokens/s, the gpt-fast figure, next to a numpy copy of
 a 512 MiB array counted as bytes read + written per second (best of 1 thread and all cores); fraction = weight
 bandwidth / copy bandwidth. For ours, "verify" is the time inside the target's verify step per decode step and
 "host" the rest of the step (drafting, Python, tracing).
@@ -26,7 +26,7 @@ import numpy as np
 
 from engine import load_drafter, load_target
 
-from .bench import EngineContender, Outcome, interleave, ms_per_token, text_table
+from .contenders import EngineContender, Outcome, interleave, ms_per_token, text_table
 
 DEFAULT_PROMPT = "Explain how a CPU cache works and why it makes programs faster."
 

@@ -1,6 +1,7 @@
-"""Model cards: a shipped drafter's README.md, written from its training.json (the same record train_drafter writes).
+"""Model cards: the training and evaluation records of a drafter (training.json, written by
+experiments.training.train) and the README.md rendered from them.
 
-    python -m experiments.model_card checkpoints/smollm2-135m-dflash checkpoints/smollm2-135m-eagle3
+    python -m experiments.training.cards checkpoints/smollm2-135m-dflash checkpoints/smollm2-135m-eagle3
 
 A card says what the drafter is (format and shape), what it was trained on and how (each stage of its lineage with
 its date and command, newest first), the ablations of its recipe, its offline tau_est per evaluation set and its
@@ -12,8 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
+
+import jax
+
+from engine.drafters import dflash_checkpoint, dflash_config, domino
+from engine.target import Target
+from experiments.data import distill
+from storage.digest import sha256
+
+from .sequences import Sequences
 
 FORMATS = {
     "dflash": "z-lab DFlash (`DFlashDraftModel`): {layers} Qwen3-style layers over the fused outputs of target layers "
@@ -34,7 +47,7 @@ def _tau(values: list[float] | None, ks: tuple[int, ...] = (4, 7)) -> str:
 
 def _stage(card: dict) -> list[str]:
     """The lines of one training stage: when, what data, the command, steps and the best validation tau_est; or,
-    for weights averaged from checkpoints (experiments.average), which ones and how."""
+    for weights averaged from checkpoints (experiments.training.average), which ones and how."""
     if card.get("averaged"):
         return [f"- **{card.get('date') or 'date not recorded'}**: weights averaged, "
                 + " + ".join(f"{a['weight']:g} x `{a['checkpoint']}`" for a in card["averaged"]) + ".",
@@ -60,7 +73,7 @@ def _stage(card: dict) -> list[str]:
 
 
 def ablation_table(record: dict) -> list[str]:
-    """Markdown of an ablation record (experiments.ablate): one line per arm, deltas against the first."""
+    """Markdown of an ablation record (experiments.training.ablate): one line per arm, deltas against the first."""
     k, base = record["k"], record["base"]
     lines = [f"| arm | flags | best tau_est K={k} | delta vs {base} | steps | wall s | labels/s | tau_est K={k} "
              f"at {record['base_wall_s']:,.0f} s |", "|" + "---|" * 8]
@@ -141,7 +154,7 @@ def render_card(name: str, card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_card(checkpoint: str | Path) -> Path:
+def write_readme(checkpoint: str | Path) -> Path:
     """Rewrite checkpoint/README.md from checkpoint/training.json."""
     checkpoint = Path(checkpoint)
     card = json.loads((checkpoint / "training.json").read_text())
@@ -153,11 +166,94 @@ def write_card(checkpoint: str | Path) -> Path:
     return path
 
 
+def write_card(out: Path, kind: str, args, data: Sequences, val: Sequences, log: dict, arch: dict,
+               serving: dict | None = None) -> None:
+    """training.json beside the checkpoint: data, steps, wall time, hardware, architecture, serving rule (and where
+    it was chosen), tau_est curve."""
+    dev = jax.devices()[0]
+    card = {"drafter": kind, "target": args.target or "embedded SmolLM2-135M-Instruct", "architecture": arch,
+            "data": {"sources": args.data or [], "export": args.export, "sequences": len(data),
+                     "tokens": int(len(data.tokens)), "response_tokens": int(len(data.tokens) - data.prompt_lens.sum()),
+                     "validation_sequences": len(val), "validation_pool": args.val_pool, "seed": args.seed,
+                     "sha256": sha256(data.tokens.tobytes(), short=True),
+                     "validation_sha256": sha256(val.tokens.tobytes(), short=True)},
+            "training": {"steps": log["steps"], "best": log["best"], "batch": args.batch, "seq_len": args.seq_len,
+                         "bucket": args.bucket, "batch_seed": args.batch_seed,
+                         "lr": args.lr, "anchors": args.anchors, "gamma": args.gamma, "soft": args.soft,
+                         "wall_s": log["wall_s"],
+                         "draft_vocab": args.draft_vocab, "init": args.init, "init_top": args.init_top,
+                         "grow_layers": args.grow_layers},
+            "hardware": {"backend": jax.default_backend(), "device": dev.device_kind, "host": platform.node()},
+            "curve": log["log"]}
+    if serving is not None:
+        card["serving"] = serving
+    card["date"], card["command"] = time.strftime("%Y-%m-%d"), args.command
+    if args.init:
+        card["init_card"] = init_lineage(Path(args.init))
+    (out / "training.json").write_text(json.dumps(card, indent=1))
+    write_readme(out)
+
+
+def config_from_card(card: dict, target: Target) -> dict:
+    """The config.json that a DFlash card's recorded settings (architecture and serving rule) give for `target`:
+    what train_drafter saves, so a test can rebuild a shipped config from its card."""
+    arch = card["architecture"]
+    cfg, _ = dflash_checkpoint.init_dflash(target, arch["layers"], arch["block_size"], tuple(arch["target_layer_ids"]),
+                                intermediate_size=arch["intermediate_size"])
+    head = arch.get("domino")
+    cfg = replace(cfg, lookup_hints=arch.get("lookup_hints", 0), oov_hints=arch.get("oov_hints", False),
+                  hint_bias=float(card.get("serving", {}).get("hint_bias", 0.0)),
+                  domino=None if head is None else domino.Domino(head["prefix_len"], head["emb_dim"],
+                                                                 head["gru_hidden"]))
+    config = dflash_config.config_json(cfg)
+    if arch["draft_vocab_size"] < target.cfg.vocab_size:
+        config["draft_vocab_size"] = arch["draft_vocab_size"]
+    return {**config, "torch_dtype": "bfloat16"}
+
+
+def validation_record(args, val: Sequences) -> dict:
+    """Where a choice made on the training validation split was made."""
+    return {"chosen_on": "validation", "data": args.data or [], "validation_sequences": len(val),
+            "validation_pool": args.val_pool, "seed": args.seed,
+            "validation_sha256": sha256(val.tokens.tobytes(), short=True)}
+
+
+def evaluated_record(args, data: Sequences) -> dict:
+    """Where a choice made on the evaluated datasets was made: their suite slices (dev only, by the leak guard)."""
+    sources = [distill.read_manifest(Path(d))["prompt_source"] for d in args.data or []]
+    slices = sorted({"/".join(x) for x in map(distill.suite_slice, sources) if x})
+    return {"chosen_on": f"dev slice ({', '.join(slices)})" if slices else "evaluated data", "data": args.data or [],
+            "sequences": len(data), "sha256": sha256(data.tokens.tobytes(), short=True)}
+
+
+def record_evaluation(checkpoint: Path, data: str, scores: dict, command: str) -> None:
+    """Put an offline evaluation (tau_est and, when defined, walk_tau; replacing one on the same data) into the
+    checkpoint's card."""
+    path = checkpoint / "training.json"
+    card = json.loads(path.read_text())
+    keep = [e for e in card.get("evaluations", []) if e.get("data") != data]
+    card["evaluations"] = keep + [{"data": data, "tau_est": scores["tau_est"], "walk_tau": scores.get("walk_tau"),
+                                   "date": time.strftime("%Y-%m-%d"), "command": command}]
+    path.write_text(json.dumps(card, indent=1))
+    write_readme(checkpoint)
+
+
+def init_lineage(checkpoint: Path) -> dict | None:
+    """What a fine-tune started from: the --init checkpoint's card (data, training, hardware, the checkpoints it
+    averaged, its own lineage)."""
+    path = checkpoint / "training.json"
+    if not path.is_file():
+        return None
+    card = json.loads(path.read_text())
+    return {k: card[k] for k in ("drafter", "date", "command", "data", "training", "hardware", "averaged", "init_card")
+            if k in card}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoints", nargs="+")
     for checkpoint in ap.parse_args(argv).checkpoints:
-        print(write_card(checkpoint))
+        print(write_readme(checkpoint))
     return 0
 
 

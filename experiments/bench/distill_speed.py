@@ -1,6 +1,6 @@
 """Throughput of the data engine (engine.continuous) at several slot counts, to choose --slots by measurement.
 
-    python -m experiments.bench_distill [--slots 32,48] [--prompts 240] [--max-prompt 176] [--max-new 192]
+    python -m experiments.bench.distill_speed [--slots 32,48] [--prompts 240] [--max-prompt 176] [--max-new 192]
         [--target PATH]
 
 Each slot count first compiles on a warm-up queue, then answers the same prompts (the v3 training mix); printed per
@@ -16,8 +16,8 @@ import time
 import jax
 
 from engine import continuous, load_target
-from experiments.distill import STEPS_PER_CALL
-from experiments.train_data import build_prompts
+from experiments.data.distill import STEPS_PER_CALL
+from experiments.data.prompts import build_prompts
 
 MIX = {"math": 0.42, "drill": 0.13, "code": 0.25, "sharegpt": 0.12, "chat": 0.08}
 

@@ -12,7 +12,7 @@
 - chain: the same chains over wider families (time, distance, shopping, savings, production, people), with
   percentages, rates and distractors. Not in DEFAULT_MIX.
 - drill: procedural number prompts (sequences to continue, counting, tables, arithmetic, school algebra; see
-  experiments/drill_prompts.py). Not in DEFAULT_MIX: ask for it with a mix.
+  experiments/data/drill_prompts.py). Not in DEFAULT_MIX: ask for it with a mix.
 
 Every prompt that repeats or overlaps an evaluation suite is dropped (SuiteHoldout). Everything is
 deterministic given the seed (and the Python version: the stdlib code tasks read the running interpreter).
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache, partial
 from pathlib import Path
 
-from experiments.code_tasks import CODE_TASKS
-from experiments.drill_prompts import drill_prompt
+from experiments.data.code_tasks import CODE_TASKS
+from experiments.data.drill_prompts import drill_prompt
 from experiments.suites import HUMANEVAL_TEMPLATE, SUITES, load_suite, package_file
 
 KINDS = ("math", "story", "chain", "code", "chat", "sharegpt", "drill")
@@ -165,7 +165,7 @@ PROMPT_TABLES = Path(__file__).with_name("prompt_tables")  # the word lists and 
 
 
 def prompt_table(kind: str) -> dict:
-    """experiments/prompt_tables/<kind>.json: the tables a generator draws from."""
+    """experiments/data/prompt_tables/<kind>.json: the tables a generator draws from."""
     return json.loads((PROMPT_TABLES / f"{kind}.json").read_text())
 
 
@@ -242,7 +242,7 @@ def math_prompt(rng: random.Random) -> tuple[str, str]:
     return render_math(MATH_TEMPLATES[i], rng)[0] + rng.choice(MATH_SUFFIXES), f"math/{i}"
 
 
-# STORY and CHAIN: multi-step problems chained from clauses (experiments/prompt_tables/story.json, chain.json). A
+# STORY and CHAIN: multi-step problems chained from clauses (experiments/data/prompt_tables/story.json, chain.json). A
 # family (count, money; time, distance, ...) has openings that set a running value v, steps whose "op" maps v to
 # its next value (drawn again until it is whole and in 1..MAX_STORY_VALUE) and questions; a distractor sentence
 # with a number the answer does not use is sometimes added. Templates give GSM8K's wording one step at a time;

@@ -1,8 +1,8 @@
 """Training throughput: trained label positions per second of a drafter's update step, one row per configuration.
 
-    python -m experiments.bench_train --drafter dflash --data data/distill-v3 --steps 6 [--target PATH] [--json] \
+    python -m experiments.bench.train_speed --drafter dflash --data data/distill-v3 --steps 6 [--target PATH] [--json] \
         --config "--anchors 48 --batch 4" --config "--anchors 512 --batch 4" --config "--anchors 512 --batch 8"
-Each --config is a set of experiments.train_drafter flags over the shared ones after `--`. Every configuration runs
+Each --config is a set of experiments.training.train flags over the shared ones after `--`. Every configuration runs
 the same update step train_drafter runs for --steps steps, each blocked on its result; a step that compiles a new
 shape (length bucket, anchor columns) is not timed. Without stored features (a dataset distilled without them, or
 --no-stored-features in a configuration) each step includes one target prefill of its batch, also timed alone.
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from engine.target import load_target
-from experiments import train_drafter as td
+from experiments.training import loop, objectives, sequences, train
 
 
 def _timed(fn, *args) -> tuple[float, object]:
@@ -41,22 +41,22 @@ def main(argv: list[str] | None = None) -> None:
     args, shared = ap.parse_known_args(argv)
     shared = [a for a in shared if a != "--"]
     target = load_target(args.target)
-    stored = td.load_sequences(args.data)
+    stored = sequences.load_sequences(args.data)
     bare = replace(stored, features=None, feature_layers=())
     runs = []
     for config in args.config:
-        targs = td.parse_args(["--drafter", args.drafter, *shared, *shlex.split(config)])
+        targs = train.parse_args(["--drafter", args.drafter, *shared, *shlex.split(config)])
         data = bare if targs.no_stored_features else stored
-        obj = td.OBJECTIVES[args.drafter](target, data, targs)
-        opt = td.optimizer(targs.lr, targs.steps)
+        obj = objectives.OBJECTIVES[args.drafter](target, data, targs)
+        opt = loop.optimizer(targs.lr, targs.steps)
         runs.append({"config": config, "args": targs, "obj": obj, "data": data,
-                     "update": td.make_update(obj.loss_fn, opt),
+                     "update": loop.make_update(obj.loss_fn, opt),
                      "state": (obj.params, opt.init(obj.params)), "feats": obj.features,
-                     "buckets": td.length_buckets(data, targs.seq_len, targs.bucket),
+                     "buckets": sequences.length_buckets(data, targs.seq_len, targs.bucket),
                      "step_s": [], "prefill_s": [], "labels": 0, "sequences": 0})
     for step in range(args.steps):
         for run in runs:
-            batch = td.train_batch(run["data"], run["args"], step, run["obj"].columns, run["buckets"])
+            batch = sequences.train_batch(run["data"], run["args"], step, run["obj"].columns, run["buckets"])
             compiled = run["update"]._cache_size()
             prefill_s, _ = _timed(run["feats"], batch)
             step_s, (params, opt_state, _, (_, labels)) = _timed(run["update"], *run["state"], batch, run["obj"].frozen)

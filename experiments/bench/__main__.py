@@ -1,0 +1,7 @@
+"""`python -m experiments.bench`: the drafter benchmark (experiments.bench.drafters)."""
+
+import sys
+
+from .drafters import main
+
+sys.exit(main())
