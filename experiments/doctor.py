@@ -60,7 +60,6 @@ from engine import load_target
 from engine.config import CheckpointError
 from engine.decode import generate_batch
 from engine.drafters import DrafterError, dflash_checkpoint, eagle3_config, load_drafter
-from engine.drafters import eagle3 as eagle3_mod
 from engine.drafters.layers import read_tensors, save_checkpoint
 from engine.target import Target
 from experiments import suites
@@ -427,7 +426,7 @@ class _Context:
             variants.append(("target embedding", self.variant("embed", tensors={
                 k: v for k, v in tensors.items() if k != "embed_tokens.weight"})))
         target_head = np.asarray(self.target.params.get("lm_head", self.target.params["embed"].T), np.float32)
-        ids = np.arange(len(self.drafter.d2t)) + np.asarray(self.drafter.d2t)
+        ids = np.asarray(self.drafter.vocab.ids)
         variants.append(("target LM head", self.variant("head", tensors={**tensors,
                                                                          "lm_head.weight": target_head[:, ids].T})))
         return compared("shared_head", "own LM head", self.base, variants)
@@ -513,10 +512,9 @@ def anchored_runs(target: Target, drafter, results: list, anchors: list[list[int
     feats = target_features(target.params, batch["tokens"], cfg=target.cfg, capture=tuple(drafter.feature_layers))
     params = jax.tree.map(lambda x: x.astype(jnp.float32), drafter.params)
     if drafter.name == "dflash":
-        runs = _dflash_runs(params, drafter.cfg, drafter.head, feats, add_hints(batch, drafter.cfg), drafter.draft_ids)
+        runs = _dflash_runs(params, drafter.cfg, drafter.head, feats, add_hints(batch, drafter.cfg), drafter.vocab)
     else:
-        t2d = jnp.asarray(eagle3_mod.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
-        runs = _eagle3_runs(params, drafter.cfg, drafter.embed, t2d, feats, batch, k)
+        runs = _eagle3_runs(params, drafter.cfg, drafter.embed, drafter.vocab.slots, feats, batch, k)
     runs = np.minimum(np.asarray(runs), k)
     return [runs[i, :len(a)] for i, a in enumerate(anchors)]
 

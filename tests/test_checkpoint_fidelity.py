@@ -54,12 +54,12 @@ def test_exported_configs_carry_the_published_auto_map_and_load(tmp_path, target
     for path, auto_map in ((plain, DFLASH_AUTO_MAP), (CHECKPOINTS["dflash"], DOMINO_AUTO_MAP)):  # the default: Domino
         assert json.loads((path / "config.json").read_text())["auto_map"] == auto_map
         shipped = load_drafter(path, target)
-        d2t = None if shipped.draft_ids is None else np.asarray(shipped.draft_ids) - np.arange(len(shipped.draft_ids))
+        d2t = None if shipped.vocab is None else shipped.vocab.d2t()
         save_dflash(tmp_path / path.name, shipped.cfg, shipped.params, d2t=d2t)
         assert json.loads((tmp_path / path.name / "config.json").read_text())["auto_map"] == auto_map
         assert load_drafter(tmp_path / path.name, target).cfg == shipped.cfg
     # published EAGLE-3 configs (yuhuili/EAGLE3-*, NVIDIA ModelOpt's export template) carry no auto_map
     shipped = load_drafter("eagle3", target)
-    save_eagle3(tmp_path / "eagle3", shipped.cfg, shipped.params, np.asarray(shipped.d2t))
+    save_eagle3(tmp_path / "eagle3", shipped.cfg, shipped.params, shipped.vocab.d2t())
     assert "auto_map" not in json.loads((tmp_path / "eagle3" / "config.json").read_text())
     assert load_drafter(tmp_path / "eagle3", target).cfg == shipped.cfg

@@ -531,7 +531,7 @@ def test_shipped_drafter_drafts_in_the_engine_what_its_training_forward_drafts_o
                       d.cfg).get("hints")
     logits = dflash_train_logits(d.params, d.cfg, d.head, feats, jnp.asarray(seq), jnp.asarray(anchors), hints=hints)
     drafts = np.asarray(dflash.pick_drafts(d.cfg, logits, None if hints is None else jnp.asarray(hints),
-                                           d.draft_ids)[0])[0]
+                                           d.vocab)[0])[0]
     # a Domino head's GRU reads the block's tokens: teacher forcing equals the rollout along the accepted prefix and
     # at the first rejected draft, after which the engine feeds its own drafts and training the target's tokens
     seen = [len(s.drafted) if d.cfg.domino is None else min(len(s.drafted), s.accepted + 1) for s in run.steps]

@@ -110,7 +110,7 @@ def test_training_logits_equal_the_engines_drafting_along_its_drafts(shift, voca
     anchor = 11
     state = prefill(d, tokens[:anchor + 1])
     ids, _, want = draft(d.params, d.head, state.k, state.v, np.int32([tokens[anchor]]), np.int32([anchor]),
-                         d.draft_ids, cfg=d.cfg, k=BLOCK - 1)
+                         d.vocab, cfg=d.cfg, k=BLOCK - 1)
     assert want.shape == (1, BLOCK - 1, vocab)
     seq = tokens[:anchor + 1] + np.asarray(ids[0]).tolist()
     feats = concat_features(target_features(TARGET, seq, d.feature_layers))
@@ -127,14 +127,14 @@ def test_hinted_drafts_feed_the_gru_as_picked_and_train_as_served():
     tokens = random_ids(9, seed=8) * 2  # the second copy: lookup proposes the rest of the first
     anchor = 12
     hints = dflash.lookup_hints(d.cfg, [tokens[:anchor + 1]])
-    outside = (hints != MASK) & ~np.isin(hints, np.asarray(d.draft_ids))
+    outside = (hints != MASK) & ~np.isin(hints, np.asarray(d.vocab.ids))
     assert outside[0, 1:].any()  # a hint the vocabulary lacks, drafted by its own column, then fed to the GRU
     state = prefill(d, tokens[:anchor + 1])
     ids, _, served = draft(d.params, d.head, state.k, state.v, np.int32([tokens[anchor]]), np.int32([anchor]),
-                           d.draft_ids, jnp.asarray(hints), cfg=d.cfg, k=BLOCK - 1)
+                           d.vocab, jnp.asarray(hints), cfg=d.cfg, k=BLOCK - 1)
     hinted = hints[0] != MASK
     np.testing.assert_array_equal(np.asarray(ids[0])[hinted], hints[0, hinted])  # hint_bias 100: every hint drafted
-    argmax = np.asarray(d.draft_ids)[np.argmax(np.asarray(served[0, :, :40]), -1)]
+    argmax = np.asarray(d.vocab.ids)[np.argmax(np.asarray(served[0, :, :40]), -1)]
     assert (argmax != np.asarray(ids[0]))[:-1].any()  # feeding the argmax instead would change a later draft
     seq = tokens[:anchor + 1] + np.asarray(ids[0]).tolist()
     feats = concat_features(target_features(TARGET, seq, d.feature_layers))

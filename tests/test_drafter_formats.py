@@ -30,6 +30,7 @@ from engine.drafters import DrafterError, dflash, dflash_checkpoint, dflash_conf
 from engine.drafters.ar import ArDrafter
 from engine.drafters.layers import concat_features
 from engine.drafters.ngram import NgramDrafter
+from engine.drafters.vocab import from_ids
 from engine.model import forward
 from engine.target import Target
 from engine.weights import build_params, hf_shapes
@@ -202,7 +203,7 @@ def _checks(name: str, d) -> None:
         assert (cfg.target_hidden_size, cfg.body.hidden_size) == (HIDDEN, 48)
         assert d.head["embed"].shape == (VOCAB, 48) and d.head["lm_head"].shape == (48, VOCAB)
     elif name == "dflash_draft_vocab":
-        assert d.head["lm_head"].shape == (HIDDEN, 64) and d.draft_ids.shape == (64,)
+        assert d.head["lm_head"].shape == (HIDDEN, 64) and d.vocab.ids.shape == (64,)
     elif name == "dflash_mask_token":
         assert cfg.mask_token_id == MASK
     elif name.startswith("dflash_domino"):
@@ -299,10 +300,8 @@ def _outcome(path: Path):
         d = load_drafter(path, TARGET)
     except DrafterError as e:
         return f"refused: {e}"
-    ids = getattr(d, "draft_ids", None)
-    d2t = getattr(d, "d2t", None)
-    return (d.cfg, d.k, None if ids is None else tuple(np.asarray(ids)),
-            None if d2t is None else tuple(np.asarray(d2t)),
+    vocab = getattr(d, "vocab", None)
+    return (d.cfg, d.k, None if vocab is None else tuple(np.asarray(vocab.ids)),
             {k: tuple(v.shape) for k, v in d.head.items()} if hasattr(d, "head") else None)
 
 
@@ -534,7 +533,7 @@ def test_hint_bias_drafts_a_hint_near_the_argmax_and_stays_lossless(tmp_path):
     assert ids.tolist() == [[2, 1, 1, 3]]
     np.testing.assert_allclose(q, jax.nn.softmax(logits)[0, jnp.arange(4), ids[0]][None], rtol=1e-6)
     assert dflash.pick_drafts(replace(d.cfg, hint_bias=0.0), logits, hints)[0].tolist() == [[1, 1, 1, 3]]
-    restricted = jnp.asarray([7, 2, 5, 3])  # draft vocabulary: a hint outside it (9) is not drafted ...
+    restricted = from_ids(np.array([7, 2, 5, 3]), VOCAB, "DFlash")  # a hint outside it (9) is not drafted ...
     assert dflash.pick_drafts(d.cfg, logits, jnp.asarray([[5, 2, 9, 3]]), restricted)[0].tolist() == [[5, 2, 2, 3]]
     assert_lossless(d)
     conf["dflash_config"]["oov_hints"] = True
@@ -561,7 +560,7 @@ def test_oov_hints_score_a_hint_outside_the_draft_vocabulary_with_the_target_hea
     vocab = _draft_vocab(48, conf["hidden_size"], rng)  # drafts over the target's LM head cut to 48 ids
     tensors = {**_dflash_tensors(conf, rng), "d2t": vocab["d2t"], "t2d": vocab["t2d"]}
     d = load_drafter(write_checkpoint(tmp_path / "oov", conf, tensors=tensors), TARGET)
-    ids_vd = np.asarray(d.draft_ids)
+    ids_vd = np.asarray(d.vocab.ids)
     assert d.cfg.oov_hints and len(ids_vd) == 48
     saved = dflash_checkpoint.save_dflash(tmp_path / "saved", d.cfg, d.params, d2t=ids_vd - np.arange(48))
     assert dflash.load(TARGET, saved).cfg == d.cfg
@@ -573,7 +572,7 @@ def test_oov_hints_score_a_hint_outside_the_draft_vocabulary_with_the_target_hea
     assert outside.any() and (np.isin(hints, ids_vd)).any()  # the block holds hints outside and inside the cut
     p, k = len(ids) - 1, d.cfg.block_size - 1
     state = d.extend(d.start([np.asarray(ids)], 64), _features(ids[:-1], d.feature_layers), np.array([p]))
-    served = [dflash.draft(x.params, x.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]), x.draft_ids,
+    served = [dflash.draft(x.params, x.head, state.k, state.v, np.int32([ids[-1]]), np.int32([p]), x.vocab,
                            jnp.asarray(hints), cfg=d.cfg, k=k)[2][0] for x in (d, whole)]
     restricted, full = np.asarray(served[0]), np.asarray(served[1])
     assert restricted.shape == (k, 49) and full.shape == (k, VOCAB)
@@ -586,7 +585,7 @@ def test_oov_hints_score_a_hint_outside_the_draft_vocabulary_with_the_target_hea
     np.testing.assert_allclose(np.asarray(trained[0, 0]), restricted, atol=1e-4)  # training sees the same column
 
     # the pick runs over the cut vocabulary plus the hint: a hint outside it is drafted within hint_bias of the top
-    cut = jnp.asarray([7, 2, 5, 3])
+    cut = from_ids(np.array([7, 2, 5, 3]), VOCAB, "DFlash")
     logits = jnp.asarray([[[0.0, 5.0, 3.0, 1.0, dflash.NO_LOGIT], [0.0, 5.0, 2.0, 1.0, 4.0],
                            [0.0, 5.0, 2.0, 1.0, 1.0], [0.0, 5.0, 2.0, 1.0, 6.0]]])
     hint_ids = jnp.asarray([[5, 9, 9, 9]])  # inside the cut; outside and near; outside and far; outside and top

@@ -30,10 +30,11 @@ from test_dflash import (
 
 import engine
 from engine.drafters import DrafterError, eagle3, eagle3_config, load_drafter
-from engine.drafters.eagle3 import Eagle3Drafter, eagle3_labels, eagle3_train_logits, target_to_draft
-from engine.drafters.eagle3_checkpoint import draft_vocab_map, init_eagle3, save_eagle3
+from engine.drafters.eagle3 import Eagle3Drafter, eagle3_labels, eagle3_train_logits
+from engine.drafters.eagle3_checkpoint import init_eagle3, save_eagle3
 from engine.drafters.eagle3_config import config_from_json
 from engine.drafters.layers import concat_features
+from engine.drafters.vocab import from_d2t, most_frequent
 from tests.prompts import LOSSLESS_PROMPTS
 
 K = 3
@@ -69,12 +70,19 @@ def test_feature_layers_are_published_input_ids_minus_one(drafter):
 
 def test_draft_vocab_maps():
     counts = np.array([5, 0, 9, 9, 1, 7])
-    d2t = draft_vocab_map(counts, 3)
-    assert (np.arange(3) + d2t).tolist() == [2, 3, 5]  # most frequent, ties to the lower id, in id order
-    assert target_to_draft(d2t, 6).tolist() == [-1, -1, 0, 1, -1, 2]
-    assert draft_vocab_map(None, 4).tolist() == [0, 0, 0, 0]
+    vocab = most_frequent(counts, 3, 6)
+    assert np.asarray(vocab.ids).tolist() == [2, 3, 5]  # most frequent, ties to the lower id, in id order
+    assert np.asarray(vocab.slots).tolist() == [-1, -1, 0, 1, -1, 2]
+    assert vocab.d2t().tolist() == [2, 2, 3]
+    np.testing.assert_array_equal(from_d2t(vocab.d2t(), 6, "x").slots, vocab.slots)
+    for who in ("DFlash", "EAGLE-3"):  # one validation for both drafters
+        with pytest.raises(DrafterError, match=f"{who} d2t maps 1 draft ids onto target ids another"):
+            from_d2t(np.array([2, 1, 3]), 6, who)  # draft ids 0 and 1 both map to target id 2
+        with pytest.raises(DrafterError, match=f"{who} d2t maps draft ids to target ids 2..6, outside"):
+            from_d2t(np.array([2, 5]), 6, who)
+    assert most_frequent(None, 4, 6).d2t().tolist() == [0, 0, 0, 0]
     tokens = jnp.asarray([[2, 3, 4, 5, 2]])
-    labels, valid = eagle3_labels(tokens, jnp.asarray(target_to_draft(d2t, 6)), steps=2)
+    labels, valid = eagle3_labels(tokens, vocab.slots, steps=2)
     assert labels.shape == (1, 2, 5)
     assert valid[0, 0].tolist() == [False, True, True, False, False]  # tokens[2]=4 is outside the draft vocab
     assert labels[0, 0, 1:3].tolist() == [2, 0] and valid[0, 1].tolist() == [True, True, False, False, False]
@@ -128,7 +136,7 @@ def test_with_k_shares_params(drafter):
 # ---------------------------------------------------------------- checkpoints
 
 def test_checkpoint_round_trip(tmp_path, drafter):
-    save_eagle3(tmp_path / "f32", drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    save_eagle3(tmp_path / "f32", drafter.cfg, drafter.params, drafter.vocab.d2t())
     conf = json.loads((tmp_path / "f32" / "config.json").read_text())
     assert conf["architectures"] == ["LlamaForCausalLMEagle3"] and conf["draft_vocab_size"] == DRAFT_VOCAB
     tensors = load_file(tmp_path / "f32" / "model.safetensors")
@@ -144,7 +152,7 @@ def test_checkpoint_round_trip(tmp_path, drafter):
     np.testing.assert_array_equal(a.q, b.q)
 
     own_embed = {**drafter.params, "embed": TARGET.params["embed"] * 2}
-    save_eagle3(tmp_path / "bf16", drafter.cfg, own_embed, np.asarray(drafter.d2t), dtype="bfloat16")
+    save_eagle3(tmp_path / "bf16", drafter.cfg, own_embed, drafter.vocab.d2t(), dtype="bfloat16")
     assert str(load_file(tmp_path / "bf16" / "model.safetensors")["fc.weight"].dtype) == "bfloat16"
     loaded = eagle3.load(TARGET, tmp_path / "bf16")
     assert loaded.k == eagle3_config.DEFAULT_K and "embed" in loaded.params
@@ -163,6 +171,8 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
         conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, LAYERS + 1]
     elif how == "d2t out of range":
         tensors["d2t"] = tensors["d2t"] + VOCAB
+    elif how == "d2t twice":
+        tensors["d2t"][1] = tensors["d2t"][0] - 1  # draft ids 0 and 1 onto one target id
     elif how == "d2t length":
         tensors["d2t"] = tensors["d2t"][:-1]
     elif how == "two layers":
@@ -176,12 +186,13 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
 @pytest.mark.parametrize(("how", "message"), [
     ("wrong fc width", "fc takes 64 inputs"), ("wrong hidden size", "hidden_size is 48"),
     ("wrong vocab", "vocab of 100"), ("layer id out of range", r"target layers \[8\]"),
-    ("d2t out of range", "outside the target vocab"), ("d2t length", "d2t has shape"),
+    ("d2t out of range", "outside the target vocab"), ("d2t length", "d2t has 63 entries"),
+    ("d2t twice", "onto target ids another draft id already has"),
     ("two layers", "one decoder layer"), ("missing tensor", "midlayer.hidden_norm.weight"),
     ("wrong architecture", "expected LlamaForCausalLMEagle3"),
 ])
 def test_loader_errors_say_what_does_not_fit(tmp_path, drafter, how, message):
-    save_eagle3(tmp_path, drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    save_eagle3(tmp_path, drafter.cfg, drafter.params, drafter.vocab.d2t())
     conf = json.loads((tmp_path / "config.json").read_text())
     tensors = load_file(tmp_path / "model.safetensors")
     _break(conf, tensors, how)
@@ -250,14 +261,14 @@ def numpy_eagle3_drafts(path: Path, embed: np.ndarray, feats: np.ndarray, tokens
 
 
 def test_drafts_match_independent_numpy_reference(tmp_path, drafter):
-    save_eagle3(tmp_path, drafter.cfg, drafter.params, np.asarray(drafter.d2t))
+    save_eagle3(tmp_path, drafter.cfg, drafter.params, drafter.vocab.d2t())
     loaded = eagle3.load(TARGET, tmp_path, k=K)
     ids = random_ids(19, seed=7)
     feats = np.asarray(concat_features(target_features(TARGET, ids[:-1], loaded.feature_layers)))[0]
     want_ids, want_logits = numpy_eagle3_drafts(tmp_path, np.asarray(TARGET.params["embed"]), feats, ids, K)
     state = prefill(loaded, ids)
     window_tokens = np.asarray(ids[len(ids) - K - 1:])[None]  # next tokens of rows p-W..p-1
-    got_ids, _, got_logits, _, _ = eagle3.draft(loaded.params, loaded.embed, loaded.d2t, state.k, state.v,
+    got_ids, _, got_logits, _, _ = eagle3.draft(loaded.params, loaded.embed, loaded.vocab, state.k, state.v,
                                                 state.window, window_tokens, np.int32([len(ids) - 2]),
                                                 cfg=loaded.cfg, k=K)
     np.testing.assert_allclose(np.asarray(got_logits[0]), want_logits, atol=2e-4, rtol=2e-4)
@@ -282,7 +293,7 @@ def test_ttt_train_logits_equal_inference_logits(drafter):
     assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
     start = len(ids) - 2  # row p-1 reads the anchor ids[-1]
     state = prefill(drafter, ids)
-    _, _, want, _, _ = eagle3.draft(drafter.params, drafter.embed, drafter.d2t, state.k, state.v, state.window,
+    _, _, want, _, _ = eagle3.draft(drafter.params, drafter.embed, drafter.vocab, state.k, state.v, state.window,
                                     np.asarray(ids[len(ids) - K - 1:])[None], np.int32([start]), cfg=drafter.cfg, k=K)
     np.testing.assert_allclose(np.asarray(logits[0, :, start]), np.asarray(want[0]), atol=1e-4, rtol=1e-4)
 

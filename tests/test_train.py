@@ -12,9 +12,10 @@ from safetensors.numpy import load_file
 
 from engine import generate, load_drafter, load_target
 from engine.config import ModelConfig
-from engine.drafters import dflash, dflash_config, eagle3
+from engine.drafters import dflash, dflash_config
 from engine.drafters.dflash_checkpoint import init_dflash, save_dflash
 from engine.drafters.layers import shared_head
+from engine.drafters.vocab import from_ids
 from experiments.data import distill
 from experiments.data.prompts import build_prompts
 from experiments.training import evaluate, loop, objectives, sequences, train
@@ -156,11 +157,10 @@ def test_offline_acceptance_equals_the_engine_at_the_same_anchors(target, kind):
     params = jax.tree.map(lambda a: a.astype(jnp.float32), drafter.params)
     if kind == "dflash":
         batch = sequences.add_hints(batch, drafter.cfg)  # the engine's lookup hints, if the drafter uses them
-        runs = objectives.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.draft_ids)
+        runs = objectives.dflash_runs(params, drafter.cfg, drafter.head, feats, batch, drafter.vocab)
     else:
-        t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
-        runs = objectives.eagle3_runs(params, drafter.cfg, params.get("embed", target.params["embed"]), t2d,
-                                         feats, batch, drafter.k)
+        runs = objectives.eagle3_runs(params, drafter.cfg, params.get("embed", target.params["embed"]),
+                                      drafter.vocab.slots, feats, batch, drafter.k)
     assert np.asarray(runs)[0].tolist() == [s.accepted for s in steps]
     assert sum(s.accepted for s in steps) > 0  # a real check: the shipped drafters accept something here
 
@@ -224,8 +224,8 @@ def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_it
     that token (the hint column, index Vd); otherwise it stays no label. Soft targets get the same column."""
     vocab, mask = 12, 11
     draft_ids = np.array([0, 2, 4, 6, 8])  # Vd = 5: odd ids lie outside
-    to_vocab = np.full(vocab, -1, np.int32)
-    to_vocab[draft_ids] = np.arange(5)
+    draft_vocab = from_ids(draft_ids, vocab, "DFlash")
+    to_vocab = np.asarray(draft_vocab.slots)
     tokens = jnp.asarray([[0, 2, 3, 5, 4, 7, 6, 9]])
     anchors, anchor_valid = jnp.asarray([[1]]), jnp.asarray([[True]])
     hints = jnp.asarray([[[3, 9, 4, 7, mask, 2]]])  # rows predict 3 5 4 7 6 9: hinted outside, wrong, inside, outside
@@ -240,7 +240,7 @@ def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_it
     cfg = dflash_config.DFlashConfig(body, 7, mask, (0,), 1, lookup_hints=3, oov_hints=True)
     rng = np.random.default_rng(0)
     embed = jnp.asarray(rng.normal(size=(vocab, 4)), jnp.float32)
-    head = dflash.restricted_head({"embed": embed}, draft_ids)
+    head = dflash.restricted_head({"embed": embed}, draft_vocab)
     last = jnp.asarray(rng.normal(size=(1, 8, 4)), jnp.float32)
     rows = anchors[..., None] + jnp.arange(6)
     probs = objectives.next_token_probs(head, last, rows, lambda h, lg: dflash.hint_column(cfg, head, h, lg, hints))
@@ -249,7 +249,7 @@ def test_a_label_the_draft_vocabulary_lacks_trains_the_hint_column_when_it_is_it
         outside = hint != mask and to_vocab[hint] < 0
         kept = np.concatenate([full[j, draft_ids], full[j, [hint]] if outside else [-np.inf]])
         np.testing.assert_allclose(probs[0, 0, j], jax.nn.softmax(kept), rtol=1e-5, atol=1e-7)
-    untied = dflash.restricted_head({"embed": jnp.zeros_like(embed), "lm_head": embed.T}, draft_ids)  # own LM head
+    untied = dflash.restricted_head({"embed": jnp.zeros_like(embed), "lm_head": embed.T}, draft_vocab)  # own LM head
     np.testing.assert_allclose(objectives.next_token_probs(
         untied, last, rows, lambda h, lg: dflash.hint_column(cfg, untied, h, lg, hints)), probs, rtol=1e-5, atol=1e-7)
 

@@ -58,6 +58,7 @@ from .layers import (
     shared_head,
 )
 from .ngram import NgramDrafter
+from .vocab import DraftVocab, from_d2t
 
 NO_LOGIT = -1e9  # the logit of a column that holds no candidate (hint_column)
 
@@ -184,13 +185,13 @@ def extend_cache(params: dict, ctx_k: list, ctx_v: list, features: jax.Array, le
 
 @partial(jax.jit, static_argnames=("cfg", "k"))
 def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array, starts: jax.Array,
-          draft_ids: jax.Array | None = None, hints: jax.Array | None = None, *, cfg: DFlashConfig,
+          vocab: DraftVocab | None = None, hints: jax.Array | None = None, *, cfg: DFlashConfig,
           k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One drafter forward over the blocks of a whole batch ([B, block] rows, whatever k is); hints [B, block-1]:
     the rows' starting tokens under cfg.lookup_hints (lookup_hints).
 
     Sequence b's block starts at starts[b] = its context length (its first starts[b] cache rows). With a
-    restricted draft vocabulary, head["lm_head"] holds only its columns and draft_ids [Vd] their target ids.
+    restricted draft vocabulary (vocab), head["lm_head"] holds only its columns.
     Returns ids [B, k] int32 (argmax of drafts 1..k: see draft_rows; with a Domino head its rollout), q [B, k] (their
     drafter probability), logits [B, k, V or Vd] (Vd + 1 with hint_column's column).
     """
@@ -210,24 +211,23 @@ def draft(params: dict, head: dict, ctx_k: list, ctx_v: list, anchors: jax.Array
         def draft_step(j: int, logits_j: jax.Array) -> tuple[jax.Array, jax.Array]:
             hint_j = None if hints is None else hints[:, j]
             logits_j = hint_column(cfg, head, rows[:, j], logits_j, hint_j)
-            return logits_j, embed(head, pick_drafts(cfg, logits_j, hint_j, draft_ids)[0])
+            return logits_j, embed(head, pick_drafts(cfg, logits_j, hint_j, vocab)[0])
 
         logits = domino_head.rollout(params["domino"], cfg.domino, logits, rows, embed(head, anchors), draft_step)
-    best, q = pick_drafts(cfg, logits, hints, draft_ids)
+    best, q = pick_drafts(cfg, logits, hints, vocab)
     return best, q, logits
 
 
 def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = None,
-                draft_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                vocab: DraftVocab | None = None) -> tuple[jax.Array, jax.Array]:
     """Drafts [..., k] (target ids) and their drafter probability from logits [..., k, V or Vd], or [..., k, Vd + 1]
     with hint_column's column: the argmax, or, under cfg.hint_bias, the lookup hint [..., k] (target ids, MASK where
     none) when its logit is within hint_bias of the argmax's. Drafts are deterministic proposals, so any pick stays
     lossless."""
     best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    vd = logits.shape[-1] if draft_ids is None else len(draft_ids)
+    vd = logits.shape[-1] if vocab is None else len(vocab.ids)
     if hints is not None and cfg.hint_bias:
-        slot = hints if draft_ids is None else jnp.full(cfg.body.vocab_size, -1, jnp.int32).at[draft_ids].set(
-            jnp.arange(vd, dtype=jnp.int32))[hints]
+        slot = hints if vocab is None else vocab.slots[hints]
         hinted = hints != cfg.mask_token_id
         if logits.shape[-1] > vd:  # the hint column scores a hint outside the vocabulary
             slot = jnp.where(hinted & (slot < 0), vd, slot)
@@ -237,9 +237,9 @@ def pick_drafts(cfg: DFlashConfig, logits: jax.Array, hints: jax.Array | None = 
         best = jnp.where(hinted & (slot >= 0) & near, slot_ok, best)
     picked = jnp.take_along_axis(logits, best[..., None], axis=-1)
     q = 1.0 / jnp.sum(jnp.exp(logits - picked), axis=-1)
-    if draft_ids is None:
+    if vocab is None:
         return best, q
-    return jnp.where(best == vd, hints if hints is not None else 0, draft_ids[jnp.minimum(best, vd - 1)]), q
+    return jnp.where(best == vd, hints if hints is not None else 0, vocab.ids[jnp.minimum(best, vd - 1)]), q
 
 
 def hint_column(cfg: DFlashConfig, head: dict, rows: jax.Array, logits: jax.Array,
@@ -265,38 +265,24 @@ def draft_rows(cfg: DFlashConfig, h: jax.Array, k: int) -> jax.Array:
     return h[..., first:first + k, :]
 
 
-def restricted_head(head: dict, draft_ids: np.ndarray) -> dict:
-    """The shared target head with its LM-head columns cut to draft_ids (the embedding stays whole). For hint_column
-    the whole head stays too (full_lm_head [H, V] when untied; tied, it is the embedding), with slots [V]: each
-    target id's column, -1 outside the cut."""
-    ids = np.asarray(draft_ids)
+def restricted_head(head: dict, vocab: DraftVocab) -> dict:
+    """The shared target head with its LM-head columns cut to the draft vocabulary (the embedding stays whole). For
+    hint_column the whole head stays too (full_lm_head [H, V] when untied; tied, it is the embedding), with slots
+    [V]: each target id's column, -1 outside the cut (vocab.slots)."""
     w = head["lm_head"] if "lm_head" in head else head["embed"].T
-    slots = np.full(head["embed"].shape[0], -1, np.int32)
-    slots[ids] = np.arange(len(ids), dtype=np.int32)
     whole = {"full_lm_head": head["lm_head"]} if "lm_head" in head else {}
-    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, jnp.asarray(ids)], "slots": jnp.asarray(slots),
-            **whole}
+    return {"embed": head["embed"], "lm_head": jnp.asarray(w)[:, vocab.ids], "slots": vocab.slots, **whole}
 
 
-def drafter_head(target_head: dict, params: dict, draft_ids: jax.Array | None) -> dict:
+def drafter_head(target_head: dict, params: dict, vocab: DraftVocab | None) -> dict:
     """The embedding and LM head the drafter drafts with: its own params["embed"] [V, H] / params["lm_head"]
-    [H, Vd] when the checkpoint has them, else the target's (its LM head cut to draft_ids)."""
+    [H, Vd] when the checkpoint has them, else the target's (its LM head cut to the draft vocabulary)."""
     head = dict(target_head)
     if "embed" in params:  # the drafter's embedding; a tied target's head stays its embedding
         head = {"embed": params["embed"], "lm_head": head.get("lm_head", jnp.asarray(head["embed"]).T)}
     if "lm_head" in params:
         return {**head, "lm_head": params["lm_head"]}
-    return head if draft_ids is None else restricted_head(head, draft_ids)
-
-
-def check_d2t(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Target ids [Vd] of a d2t map (target id = draft id + d2t[draft id]); DrafterError when out of range."""
-    if d2t.ndim != 1 or not 1 <= len(d2t) <= vocab_size:
-        raise DrafterError(f"DFlash d2t must be a vector of at most {vocab_size} entries, got {list(d2t.shape)}")
-    ids = np.arange(len(d2t)) + d2t.astype(np.int64)
-    if ids.min() < 0 or ids.max() >= vocab_size or len(np.unique(ids)) != len(ids):
-        raise DrafterError(f"DFlash d2t maps draft ids outside the target vocab 0..{vocab_size - 1} or twice")
-    return ids.astype(np.int32)
+    return head if vocab is None else restricted_head(head, vocab)
 
 
 def dflash_train_logits(params: dict, cfg: DFlashConfig, head: dict, features: jax.Array, tokens: jax.Array,
@@ -360,8 +346,8 @@ class DFlashDrafter:
         check_fit(cfg, params["fc"].shape[0], target.cfg, shared_embed=not own_head)
         self.cfg, self.params = cfg, on_mesh(params, target.mesh, cfg.body)
         # an optional restricted draft vocabulary (checkpoint tensor d2t, as EAGLE-3's): a smaller LM head
-        self.draft_ids = None if d2t is None else jnp.asarray(check_d2t(np.asarray(d2t), target.cfg.vocab_size))
-        self.head = drafter_head(shared_head(target.params), self.params, self.draft_ids)
+        self.vocab = None if d2t is None else from_d2t(d2t, target.cfg.vocab_size, "DFlash")
+        self.head = drafter_head(shared_head(target.params), self.params, self.vocab)
         if cfg.oov_hints and d2t is not None and "slots" not in self.head:
             raise DrafterError("DFlash dflash_config.oov_hints scores hints with the target's LM head; this drafter "
                                "drafts with its own restricted lm_head")
@@ -392,7 +378,7 @@ class DFlashDrafter:
     def propose(self, state: DFlashState, tokens: list[list[int]]) -> tuple[Proposal, DFlashState]:
         anchors, starts = anchors_of(tokens, state.lengths)
         hints = lookup_hints(self.cfg, tokens) if self.cfg.lookup_hints else None
-        ids, q, _ = draft(self.params, self.head, state.k, state.v, anchors, starts, self.draft_ids, hints,
+        ids, q, _ = draft(self.params, self.head, state.k, state.v, anchors, starts, self.vocab, hints,
                           cfg=self.cfg, k=self.k)
         ids, q = fetch((ids, q))
         return Proposal(ids, np.full(len(tokens), self.k, np.int32), q), state

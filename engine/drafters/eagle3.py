@@ -30,7 +30,7 @@ Params (matrices [in, out], norms float32; d2t is kept apart because it is integ
     fc [F*Ht, H]; norm [H]; lm_head [H, Vd]; optional embed [V, H] (else the target's);
     layer: attn_norm (input_layernorm), hidden_norm [H], wq [2H, Nh*D], wk/wv [2H, Nkv*D], wo, mlp_norm,
            w_gate, w_up, w_down
-    d2t [Vd] int32: target id = draft id + d2t[draft id]
+    d2t [Vd] int64: target id = draft id + d2t[draft id] (read once into a vocab.DraftVocab)
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from .layers import (
     on_mesh,
     read_config,
 )
+from .vocab import DraftVocab, from_d2t
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def extend_rows(params: dict, embed: jax.Array, cache_k: jax.Array, cache_v: jax
 
 
 @partial(jax.jit, static_argnames=("cfg", "k"), donate_argnames=("cache_k", "cache_v"))
-def draft(params: dict, embed: jax.Array, d2t: jax.Array, cache_k: jax.Array, cache_v: jax.Array,
+def draft(params: dict, embed: jax.Array, vocab: DraftVocab, cache_k: jax.Array, cache_v: jax.Array,
           window: jax.Array, window_tokens: jax.Array, ends: jax.Array, *, cfg: Eagle3Config, k: int):
     """k greedy draft passes over a batch; pass 0 runs each sequence's rows ends[b]-W+1..ends[b] (window
     [B, W, H], their next tokens window_tokens [B, W]; rows < 0 are not written), ends[b] = p_b - 1.
@@ -161,7 +162,7 @@ def draft(params: dict, embed: jax.Array, d2t: jax.Array, cache_k: jax.Array, ca
     def pick(h):
         logits = draft_logits(params, cfg, h)[:, 0]
         best, prob = greedy_pick(logits)
-        return best + d2t[best], prob, logits
+        return vocab.ids[best], prob, logits
 
     cache_k, cache_v, h = run(cache_k, cache_v, window_tokens, window,
                               ends[:, None] - (w - 1) + jnp.arange(w, dtype=jnp.int32))
@@ -209,16 +210,9 @@ def eagle3_train_logits(params: dict, cfg: Eagle3Config, embed: jax.Array, featu
     return jnp.stack(out, axis=1)
 
 
-def target_to_draft(d2t: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Inverse of d2t: [V] int32, the draft id of each target id or -1 when it is outside the draft vocab."""
-    t2d = np.full(vocab_size, -1, np.int32)
-    t2d[np.arange(len(d2t)) + np.asarray(d2t)] = np.arange(len(d2t), dtype=np.int32)
-    return t2d
-
-
 def eagle3_labels(tokens: jax.Array, t2d: jax.Array, steps: int = 1) -> tuple[jax.Array, jax.Array]:
     """Targets of eagle3_train_logits: draft ids of tokens[t+2+i] [B, steps, T], valid where that token
-    exists and is in the draft vocab (t2d = target_to_draft(d2t, V))."""
+    exists and is in the draft vocab (t2d [V]: DraftVocab.slots)."""
     t = tokens.shape[1]
     idx = jnp.arange(t)[None, :] + 2 + jnp.arange(steps)[:, None]  # [steps, T]
     labels = t2d[tokens[:, jnp.minimum(idx, t - 1)]]
@@ -237,9 +231,9 @@ class Eagle3Drafter:
 
     def __init__(self, target: Target, cfg: Eagle3Config, params: dict, d2t: np.ndarray, k: int | None = None,
                  checkpoint: str | None = None):
-        d2t = np.asarray(d2t)
-        check_fit(cfg, params, d2t, target.cfg)
-        self.cfg, self.params, self.d2t = cfg, on_mesh(params, target.mesh, cfg.body), jnp.asarray(d2t, jnp.int32)
+        self.vocab = from_d2t(d2t, target.cfg.vocab_size, "EAGLE-3")
+        check_fit(cfg, params, self.vocab, target.cfg)
+        self.cfg, self.params = cfg, on_mesh(params, target.mesh, cfg.body)
         self.embed = self.params.get("embed", target.params["embed"])
         self.mesh = target.mesh
         self.k, self.max_k = check_k((cfg.default_k or DEFAULT_K) if k is None else k, MAX_K, self.name), MAX_K
@@ -280,7 +274,7 @@ class Eagle3Drafter:
                                f"EAGLE-3 with K={self.k} catches up at most {w}")
         next_ids = np.maximum(positions[:, None] - w + 1 + np.arange(w), 0)  # rows p-W..p-1 read tokens p-W+1..p
         window_tokens = np.array([[seq[i] for i in row] for seq, row in zip(tokens, next_ids, strict=True)], np.int32)
-        ids, q, _, k, v = draft(self.params, self.embed, self.d2t, state.k, state.v, state.window, window_tokens,
+        ids, q, _, k, v = draft(self.params, self.embed, self.vocab, state.k, state.v, state.window, window_tokens,
                                 positions - 1, cfg=self.cfg, k=self.k)
         ids, q = fetch((ids, q))
         n = np.where(positions > 0, self.k, 0).astype(np.int32)  # position 0: no target feature to draft from

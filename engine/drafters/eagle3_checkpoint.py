@@ -25,6 +25,7 @@ from .layers import (
     save_checkpoint,
     vector,
 )
+from .vocab import most_frequent
 
 _PREFIX = ["midlayer."]  # the EAGLE / SpecForge name of the one layer; speculators call it layers.0.
 
@@ -78,22 +79,13 @@ def save_eagle3(path: str | Path, cfg: Eagle3Config, params: dict, d2t: np.ndarr
     return save_checkpoint(path, config_json(cfg), tensors, dtype)
 
 
-def draft_vocab_map(token_counts: np.ndarray | None, draft_vocab_size: int) -> np.ndarray:
-    """d2t [Vd] int64 for the draft vocab: the most frequent target ids (ties: lower id) in id order, or,
-    without counts, ids 0..Vd-1 (byte-level BPE vocabularies list frequent merges first)."""
-    if token_counts is None:
-        return np.zeros(draft_vocab_size, np.int64)
-    chosen = np.sort(np.argsort(-np.asarray(token_counts), kind="stable")[:draft_vocab_size])
-    return (chosen - np.arange(draft_vocab_size)).astype(np.int64)
-
-
 def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_counts: np.ndarray | None = None,
                 seed: int = 0, intermediate_size: int | None = None,
                 feature_layers: tuple[int, ...] | None = None) -> tuple[Eagle3Config, dict, np.ndarray]:
     """A randomly initialised EAGLE-3 drafter for `target`: (cfg, params, d2t).
 
     draft_vocab_size defaults to the whole target vocab; token_counts [V] picks the draft vocab (see
-    draft_vocab_map). The midlayer copies the target's width, heads and RoPE; the embedding is shared.
+    vocab.most_frequent). The midlayer copies the target's width, heads and RoPE; the embedding is shared.
     """
     t = target.cfg
     vd = t.vocab_size if draft_vocab_size is None else int(draft_vocab_size)
@@ -107,6 +99,6 @@ def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_count
     layer["hidden_norm"] = jnp.ones(h, jnp.float32)
     params = {"fc": random_matrix(rng, (len(layers) * h, h), target.dtype), "norm": jnp.ones(h, jnp.float32),
               "lm_head": random_matrix(rng, (h, vd), target.dtype), "layer": layer}
-    d2t = draft_vocab_map(token_counts, vd)
-    check_fit(cfg, params, d2t, t)
-    return cfg, params, d2t
+    vocab = most_frequent(token_counts, vd, t.vocab_size)
+    check_fit(cfg, params, vocab, t)
+    return cfg, params, vocab.d2t()

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..config import ModelConfig
 from .base import DrafterError
 from .layers import (
@@ -18,6 +16,7 @@ from .layers import (
     check_keys,
     check_layer_ids,
 )
+from .vocab import DraftVocab
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "smollm2-135m-eagle3"
 
@@ -231,8 +230,9 @@ def config_json(cfg: Eagle3Config) -> dict:
     return out
 
 
-def check_fit(cfg: Eagle3Config, params: dict, d2t: np.ndarray, target: ModelConfig) -> None:
-    """Raise DrafterError naming whatever in the drafter does not fit the target."""
+def check_fit(cfg: Eagle3Config, params: dict, vocab: DraftVocab, target: ModelConfig) -> None:
+    """Raise DrafterError naming whatever in the drafter does not fit the target (vocab: its d2t, already checked
+    against the target vocab by vocab.from_d2t)."""
     h = cfg.body.hidden_size
     if "embed" not in params:  # the target's embedding feeds the midlayer
         check_hidden(h, target, "EAGLE-3")
@@ -249,10 +249,5 @@ def check_fit(cfg: Eagle3Config, params: dict, d2t: np.ndarray, target: ModelCon
                            f"{target.vocab_size}")
     check_layer_ids(cfg.feature_layers, target.num_layers, "EAGLE-3")
     check_fc(params["fc"].shape[0], len(cfg.feature_layers), target, "EAGLE-3")
-    if not 1 <= cfg.draft_vocab_size <= target.vocab_size or d2t.shape != (cfg.draft_vocab_size,):
-        raise DrafterError(f"EAGLE-3 d2t has shape {list(d2t.shape)} for draft_vocab_size {cfg.draft_vocab_size} "
-                           f"(at most the target vocab {target.vocab_size})")
-    mapped = np.arange(cfg.draft_vocab_size) + d2t
-    if mapped.min() < 0 or mapped.max() >= target.vocab_size:
-        raise DrafterError(f"EAGLE-3 d2t maps draft ids to target ids {int(mapped.min())}..{int(mapped.max())}, "
-                           f"outside the target vocab 0..{target.vocab_size - 1}")
+    if len(vocab.ids) != cfg.draft_vocab_size:
+        raise DrafterError(f"EAGLE-3 d2t has {len(vocab.ids)} entries for draft_vocab_size {cfg.draft_vocab_size}")

@@ -24,7 +24,7 @@ R=/tmp/result; mkdir -p "$R" "$OUT"
 cp -n .dev/gguf.part-* /tmp/ 2>/dev/null
 if [ "${1:-}" = stage ]; then  # first call: park part-aa, check the stack
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    $PY -c "import jax, flax, optax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$R/gpu.txt"
+    $PY -c "import jax, optax; print('jax', jax.__version__, jax.devices())"; } 2>&1 | tee "$R/gpu.txt"
   $PY -m pytest -q -x -p no:cacheprovider tests/test_verify.py 2>&1 | tail -3
   exit 0
 fi

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.drafters import dflash, eagle3
+from engine.drafters import dflash
 from engine.drafters.ngram import NgramDrafter
 from engine.target import Target
 from experiments.data.distill import target_features
@@ -103,14 +103,13 @@ def evaluate_checkpoint(target: Target, checkpoint: str, data: Sequences, args,
 
         def runs(p, f, b):
             logits = logits_of(p, f, b)
-            return [pick(c, logits, b, drafter.draft_ids) for c in rules]
+            return [pick(c, logits, b, drafter.vocab) for c in rules]
     else:
         if hint_biases is not None:
             raise SystemExit("--hint-bias is a DFlash serving rule (lookup hints); EAGLE-3 drafts without hints")
         max_k = args.block_size - 1
-        t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(drafter.d2t), target.cfg.vocab_size))
         embed = params.get("embed", target.params["embed"])
-        eagle_runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, t2d, f, b, max_k))
+        eagle_runs = jax.jit(lambda p, f, b: eagle3_runs(p, drafter.cfg, embed, drafter.vocab.slots, f, b, max_k))
 
         def runs(p, f, b):
             return [eagle_runs(p, f, b)]

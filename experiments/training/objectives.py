@@ -14,6 +14,7 @@ import optax
 
 from engine.drafters import dflash, dflash_checkpoint, dflash_config, domino, eagle3, eagle3_checkpoint
 from engine.drafters.layers import from_target_layers, head_logits, shared_head
+from engine.drafters.vocab import DraftVocab, from_d2t, most_frequent
 from engine.target import Target
 
 from .cards import write_card
@@ -131,19 +132,19 @@ def accepted_runs(match: jax.Array) -> jax.Array:
     return jnp.cumprod(match.astype(jnp.int32), axis=-1).sum(-1)
 
 
-def dflash_runs(params, cfg, head, feats, batch, draft_ids: jax.Array | None = None) -> jax.Array:
+def dflash_runs(params, cfg, head, feats, batch, vocab: DraftVocab | None = None) -> jax.Array:
     """Accepted-run length [B, A] of the drafter's greedy block at each anchor against the sequence's own
     continuation (the target's greedy tokens): what a greedy engine step anchored there accepts at K = B-1.
-    draft_ids: target ids of a restricted head's columns (as DFlashDrafter drafts)."""
+    vocab: a restricted head's draft vocabulary (as DFlashDrafter drafts)."""
     logits = dflash.dflash_train_logits(params, cfg, head, feats, batch["tokens"], batch["anchors"],
                                         hints=batch.get("hints"))
-    return picked_runs(cfg, logits, batch, draft_ids)
+    return picked_runs(cfg, logits, batch, vocab)
 
 
-def picked_runs(cfg, logits, batch, draft_ids: jax.Array | None = None) -> jax.Array:
+def picked_runs(cfg, logits, batch, vocab: DraftVocab | None = None) -> jax.Array:
     """Accepted-run lengths [B, A] of the drafts cfg's serving rule (pick_drafts: argmax, or a lookup hint within
     cfg.hint_bias) picks from block logits [B, A, block-1, V]."""
-    drafts, _ = dflash.pick_drafts(cfg, logits, batch.get("hints"), draft_ids)
+    drafts, _ = dflash.pick_drafts(cfg, logits, batch.get("hints"), vocab)
     identity = jnp.arange(cfg.body.vocab_size, dtype=jnp.int32)
     labels, valid = dflash_labels_in(identity, batch["tokens"], batch["lengths"], batch["anchors"],
                                      batch["anchor_valid"], cfg.block_size)
@@ -184,7 +185,7 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
     if args.init:
         drafter = dflash.load(target, args.init)
         cfg, params = drafter.cfg, drafter.params
-        draft_ids = None if drafter.draft_ids is None else np.asarray(drafter.draft_ids)
+        vocab = drafter.vocab
         if args.grow_layers:
             cfg, params = dflash_checkpoint.append_layers(cfg, params, args.grow_layers, args.seed)
     else:
@@ -192,17 +193,17 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         cfg, params = dflash_checkpoint.init_dflash(target, args.layers, args.block_size, ids, seed=args.seed,
                                          intermediate_size=args.intermediate)
         params = start_layers(params, target, args)
-        draft_ids = None
+        vocab = None
         if args.draft_vocab < vocab_size:  # the most frequent response tokens of the training data
             counts = np.bincount(response_tokens(data), minlength=vocab_size)
-            draft_ids = np.arange(args.draft_vocab) + eagle3_checkpoint.draft_vocab_map(counts, args.draft_vocab)
+            vocab = most_frequent(counts, args.draft_vocab, vocab_size)
     head = shared_head(target.params)
-    if draft_ids is not None:
-        head = dflash.restricted_head(head, draft_ids)
+    if vocab is not None:
+        head = dflash.restricted_head(head, vocab)
     if args.lookup_hints and not cfg.lookup_hints:
         cfg = replace(cfg, lookup_hints=args.lookup_hints)
     if args.oov_hints:
-        if not cfg.lookup_hints or draft_ids is None:
+        if not cfg.lookup_hints or vocab is None:
             raise SystemExit("--oov-hints needs lookup hints and a restricted draft vocabulary")
         cfg = replace(cfg, oov_hints=True)
     biases = args.hint_bias or (0.0,)
@@ -215,21 +216,19 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
         cfg = replace(cfg, domino=domino.Domino(args.domino_prefix, emb_dim, gru))
         params = {**params, "domino": domino.init(np.random.default_rng([args.seed, 7]), cfg.domino,
                                                   cfg.body.hidden_size, head_width(head), "float32")}
-    to_vocab = np.full(vocab_size, -1, np.int32)
-    to_vocab[np.arange(vocab_size) if draft_ids is None else draft_ids] = np.arange(head_width(head))
-    to_vocab, ids_map = jnp.asarray(to_vocab), None if draft_ids is None else jnp.asarray(draft_ids, jnp.int32)
+    to_vocab = jnp.arange(vocab_size, dtype=jnp.int32) if vocab is None else vocab.slots
     feats_of = features_fn(target, cfg.target_layer_ids)
-    frozen = {"target": target.params, "head": head, "to_vocab": to_vocab, "ids_map": ids_map}
+    frozen = {"target": target.params, "head": head, "to_vocab": to_vocab, "vocab": vocab}
 
     def loss_fn(p, b, fz):
         feats, last = feats_of(b, bool(args.soft), fz["target"])
         return dflash_loss(p, cfg, fz["head"], feats, b, args.gamma, fz["to_vocab"], last, args.soft)
 
     def runs_fn(p, b, fz):
-        return dflash_runs(p, cfg, fz["head"], feats_of(b, False, fz["target"])[0], b, fz["ids_map"])
+        return dflash_runs(p, cfg, fz["head"], feats_of(b, False, fz["target"])[0], b, fz["vocab"])
 
     def save(params, log: dict, data: Sequences, val: Sequences) -> Path:
-        d2t = None if draft_ids is None else draft_ids - np.arange(len(draft_ids))
+        d2t = None if vocab is None else vocab.d2t()
         out = dflash_checkpoint.save_dflash(Path(args.out) / f"{args.name}-dflash", cfg, params, dtype="bfloat16",
                                             d2t=d2t)
         write_card(out, "dflash", args, data, val, log, {"layers": cfg.body.num_layers, "block_size": cfg.block_size,
@@ -252,19 +251,19 @@ def dflash_objective(target: Target, data: Sequences, args) -> Objective:
 def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
     if args.init:
         drafter = eagle3.load(target, args.init)
-        cfg, params, d2t = drafter.cfg, drafter.params, drafter.d2t
+        cfg, params, vocab = drafter.cfg, drafter.params, drafter.vocab
     else:
         counts = np.bincount(data.tokens, minlength=target.cfg.vocab_size)
         cfg, params, d2t = eagle3_checkpoint.init_eagle3(target, args.draft_vocab, counts, seed=args.seed,
-                                              intermediate_size=args.intermediate)
+                                                         intermediate_size=args.intermediate)
+        vocab = from_d2t(d2t, target.cfg.vocab_size, "EAGLE-3")
         params = start_layers(params, target, args)
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
-    t2d = jnp.asarray(eagle3.target_to_draft(np.asarray(d2t), target.cfg.vocab_size))
     embed = params.get("embed", target.params["embed"])
     feats_of = features_fn(target, cfg.feature_layers)
-    target_head = dflash.restricted_head(shared_head(target.params), np.arange(len(d2t)) + np.asarray(d2t))
+    target_head = dflash.restricted_head(shared_head(target.params), vocab)
     k_eval = args.block_size - 1
-    frozen = {"target": target.params, "embed": embed, "t2d": t2d, "target_head": target_head}
+    frozen = {"target": target.params, "embed": embed, "t2d": vocab.slots, "target_head": target_head}
 
     def loss_fn(p, b, fz):
         feats, last = feats_of(b, bool(args.soft), fz["target"])
@@ -275,7 +274,7 @@ def eagle3_objective(target: Target, data: Sequences, args) -> Objective:
         return eagle3_runs(p, cfg, fz["embed"], fz["t2d"], feats_of(b, False, fz["target"])[0], b, k_eval)
 
     def save(params, log: dict, data: Sequences, val: Sequences) -> Path:
-        out = eagle3_checkpoint.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, np.asarray(d2t),
+        out = eagle3_checkpoint.save_eagle3(Path(args.out) / f"{args.name}-eagle3", cfg, params, vocab.d2t(),
                                  dtype="bfloat16")
         write_card(out, "eagle3", args, data, val, log, {"draft_vocab_size": cfg.draft_vocab_size,
                                                          "feature_layers": list(cfg.feature_layers),
