@@ -11,4 +11,5 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 # under CI=true the test run itself refuses to start with chromium, torch or transformers missing (tests/conftest.py)
-exec .venv/bin/python -m pytest -q -rs --durations=20 "$@"
+# two workers (pytest-xdist), each test file on one of them, so module fixtures (an app server) start once
+exec .venv/bin/python -m pytest -q -rs --durations=20 -n 2 --dist loadfile "$@"
