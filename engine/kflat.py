@@ -31,19 +31,36 @@ def _best_ms(fn, repeats: int) -> float:
     return min(times)
 
 
-def verify_ms(target: Target, k: int, context: int, max_len: int, repeats: int = 5) -> float:
-    """Best wall time of one greedy verify step over K drafted tokens at a context length."""
-    cache = init_cache(target.cfg, 1, max_len, target.params["embed"].dtype)
-    block = jnp.ones((1, k + 1), jnp.int32)
-    args = (jnp.asarray([context], jnp.int32), jnp.asarray([k], jnp.int32), jax.random.PRNGKey(0),
+def _verify_inputs(target: Target, k: int, context: int, max_len: int | None) -> tuple[tuple, dict]:
+    """verify_block's arguments (after the params) and static arguments for a block of K at a context length."""
+    max_len = max_len or cache_len_for(context, 0, k + 1)
+    args = (init_cache(target.cfg, 1, max_len, target.params["embed"].dtype), jnp.ones((1, k + 1), jnp.int32),
+            jnp.asarray([context], jnp.int32), jnp.asarray([k], jnp.int32), jax.random.PRNGKey(0),
             jnp.float32(1.0), jnp.float32(1.0))
+    return args, {"cfg": target.cfg, "capture": (), "greedy": True}
+
+
+def verify_step(target: Target, k: int, context: int, max_len: int | None = None) -> Callable[[], None]:
+    """One greedy verify step over K drafted tokens at a context length, as decode runs it: a callable that blocks
+    on its result (each call donates the cache and keeps the one returned)."""
+    (cache, *rest), static = _verify_inputs(target, k, context, max_len)
     state = {"cache": cache}
 
     def step():
-        out, _, state["cache"] = verify_block(target.params, state["cache"], block, *args, cfg=target.cfg,
-                                              capture=(), greedy=True)
+        out, _, state["cache"] = verify_block(target.params, state["cache"], *rest, **static)
         jax.block_until_ready(out)
-    return _best_ms(step, repeats)
+    return step
+
+
+def verify_hlo(target: Target, k: int, context: int, max_len: int | None = None) -> str:
+    """The compiled HLO text of verify_step's program (compiled again for this)."""
+    args, static = _verify_inputs(target, k, context, max_len)
+    return verify_block.lower(target.params, *args, **static).compile().as_text()
+
+
+def verify_ms(target: Target, k: int, context: int, max_len: int, repeats: int = 5) -> float:
+    """Best wall time of one greedy verify step over K drafted tokens at a context length."""
+    return _best_ms(verify_step(target, k, context, max_len), repeats)
 
 
 def draft_ms(target: Target, drafter, context: int, max_len: int, repeats: int = 5) -> float:

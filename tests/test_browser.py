@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,31 +16,18 @@ import pytest
 from app.tabs.common import DEFAULT_MAX_NEW
 from engine import generate, load_drafter
 from storage import drafter_label, open_history
+from tests.browser import open_page  # skips this module without playwright or chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 PROMPT = "What is 12 plus 7? Explain step by step."
 # Markup that would run script if any text reached the page unescaped (including template syntax).
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script> ${window.__xss=3} {{x}} & say hi'
 
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is missing: pip install playwright "
-                                                              "(never `playwright install`)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
-
-
 @pytest.fixture(scope="module")
 def page(app_server):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(600_000)  # deadlines for condition waits: compiles take minutes on loaded cores
-        page.goto(app_server[0])
+    with open_page(app_server[0]) as page:
         yield page
-        browser.close()
 
 
 @pytest.fixture(scope="module")

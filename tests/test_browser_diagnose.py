@@ -3,33 +3,19 @@ find the report in the history."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from experiments.doctor import CHECKS
 from storage import open_history
+from tests.browser import open_page  # skips this module without playwright or chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is missing: pip install playwright "
-                                                              "(never `playwright install`)")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
 def page(app_server):
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(600_000)  # a doctor run on two shared CPU cores takes minutes
-        page.goto(app_server[0])
+    with open_page(app_server[0]) as page:
         yield page
-        browser.close()
 
 
 def test_the_diagnose_tab_runs_the_doctor_and_stores_its_report(page, app_server):

@@ -25,6 +25,7 @@ from engine.drafters.layers import concat_features
 from engine.model import forward
 from engine.target import Target
 from engine.weights import build_params, load_hf_dir
+from tests.checkpoints import COMMON_BREAKS, rewrite_checkpoint
 from tests.prompts import LOSSLESS_PROMPTS
 
 VOCAB, HIDDEN, LAYERS, MASK = 96, 32, 8, 95
@@ -277,16 +278,14 @@ def test_checkpoint_round_trip(tmp_path, drafter):
 
 
 def _break(conf: dict, tensors: dict, how: str) -> None:
-    if how == "missing mask id":
+    if how in COMMON_BREAKS:
+        COMMON_BREAKS[how](conf, tensors)
+    elif how == "missing mask id":
         del conf["dflash_config"]["mask_token_id"]
     elif how == "missing layer ids":
         del conf["dflash_config"]["target_layer_ids"]
     elif how == "wrong fc width":
         tensors["fc.weight"] = tensors["fc.weight"][:, :2 * HIDDEN]
-    elif how == "wrong hidden size":
-        conf["hidden_size"] = 48
-    elif how == "wrong vocab":
-        conf["vocab_size"] = VOCAB + 4
     elif how == "mask id outside vocab":
         conf["dflash_config"]["mask_token_id"] = VOCAB
     elif how == "layer id out of range":
@@ -295,8 +294,6 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
         conf["num_target_layers"] = 12
     elif how == "missing tensor":
         del tensors["layers.1.mlp.up_proj.weight"]
-    elif how == "wrong architecture":
-        conf["architectures"] = ["LlamaForCausalLM"]
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -309,11 +306,7 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
 ])
 def test_loader_errors_say_what_does_not_fit(tmp_path, drafter, how, message):
     save_dflash(tmp_path, drafter.cfg, drafter.params)
-    conf = json.loads((tmp_path / "config.json").read_text())
-    tensors = load_file(tmp_path / "model.safetensors")
-    _break(conf, tensors, how)
-    (tmp_path / "config.json").write_text(json.dumps(conf))
-    save_file(tensors, tmp_path / "model.safetensors")
+    rewrite_checkpoint(tmp_path, lambda conf, tensors: _break(conf, tensors, how))
     with pytest.raises(DrafterError, match=message):
         dflash.load(TARGET, tmp_path)
 

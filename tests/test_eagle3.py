@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 # shared helpers, imported under pytest's own module name
 from test_dflash import (
@@ -35,6 +35,7 @@ from engine.drafters.eagle3_checkpoint import init_eagle3, save_eagle3
 from engine.drafters.eagle3_config import config_from_json
 from engine.drafters.layers import concat_features
 from engine.drafters.vocab import from_d2t, most_frequent
+from tests.checkpoints import COMMON_BREAKS, rewrite_checkpoint
 from tests.prompts import LOSSLESS_PROMPTS
 
 K = 3
@@ -161,12 +162,10 @@ def test_checkpoint_round_trip(tmp_path, drafter):
 
 
 def _break(conf: dict, tensors: dict, how: str) -> None:
-    if how == "wrong fc width":
+    if how in COMMON_BREAKS:
+        COMMON_BREAKS[how](conf, tensors)
+    elif how == "wrong fc width":
         tensors["fc.weight"] = tensors["fc.weight"][:, :64]
-    elif how == "wrong hidden size":
-        conf["hidden_size"] = 48
-    elif how == "wrong vocab":
-        conf["vocab_size"] = VOCAB + 4
     elif how == "layer id out of range":
         conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, LAYERS + 1]
     elif how == "d2t out of range":
@@ -179,8 +178,6 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
         conf["num_hidden_layers"] = 2
     elif how == "missing tensor":
         del tensors["midlayer.hidden_norm.weight"]
-    elif how == "wrong architecture":
-        conf["architectures"] = ["LlamaForCausalLM"]
 
 
 @pytest.mark.parametrize(("how", "message"), [
@@ -193,11 +190,7 @@ def _break(conf: dict, tensors: dict, how: str) -> None:
 ])
 def test_loader_errors_say_what_does_not_fit(tmp_path, drafter, how, message):
     save_eagle3(tmp_path, drafter.cfg, drafter.params, drafter.vocab.d2t())
-    conf = json.loads((tmp_path / "config.json").read_text())
-    tensors = load_file(tmp_path / "model.safetensors")
-    _break(conf, tensors, how)
-    (tmp_path / "config.json").write_text(json.dumps(conf))
-    save_file(tensors, tmp_path / "model.safetensors")
+    rewrite_checkpoint(tmp_path, lambda conf, tensors: _break(conf, tensors, how))
     with pytest.raises(DrafterError, match=message):
         eagle3.load(TARGET, tmp_path)
 

@@ -46,37 +46,14 @@ def hf():
     return torch, transformers
 
 
-def _randomise(torch, model, seed: int):
-    """Random weights everywhere, including A_log, dt_bias and every norm (HF's init leaves those trivial)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.01, 16, generator=g).log())
-            elif name.endswith("dt_bias") or "norm" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
-    return model.eval()
-
-
 def _build(hf, kind: str, tmp_path):
     """(torch model, its text decoder module, our config, loaded layer params) for a tiny random checkpoint saved
     by transformers (per-expert MoE tensors as published; text-only or model.language_model. names)."""
-    torch, transformers = hf
     from safetensors import safe_open
 
-    if kind == "text":
-        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TEXT))
-    elif kind == "multimodal":
-        model = transformers.Qwen3_5ForConditionalGeneration(
-            transformers.Qwen3_5Config(text_config=TEXT, vision_config=VISION))
-    elif kind == "moe":
-        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(**MOE_TEXT))
-    else:
-        model = transformers.Qwen3_5MoeForConditionalGeneration(
-            transformers.Qwen3_5MoeConfig(text_config=MOE_TEXT, vision_config=VISION))
-    _randomise(torch, model, seed=0)
+    from tests.reference import hf_qwen3_5
+
+    model = hf_qwen3_5(kind, TEXT, MOE_TEXT, VISION, seed=0)
     model.save_pretrained(tmp_path)
     cfg = hybrid_config_from_hf(json.loads((tmp_path / "config.json").read_text()))
     with safe_open(str(tmp_path / "model.safetensors"), framework="np") as f:

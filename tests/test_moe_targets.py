@@ -31,6 +31,7 @@ from tests.test_sharding import ROOT, child_env, last_json
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from tests.reference import assert_greedy_matches, assert_parity, hf_logits, ours_split  # noqa: E402 (needs torch)
 
 VOCAB, SEQ, SPLIT = 128, 20, 13
 LOGIT_TOL = 2e-4
@@ -84,47 +85,17 @@ def case(request, tmp_path_factory):
     return request.param, model, path
 
 
-def ours_split(path, tokens: np.ndarray, capture=(), cfg_change=None):
-    """Our logits [T, V] (and features) from a prefill of tokens[:SPLIT] then one token at a time."""
-    cfg, params, _ = load_weights(path, "float32")
-    cfg = replace(cfg, **(cfg_change or {}))
-    cache = init_cache(cfg, 1, 64)
-    logits, feats = [], []
-    for lo, hi in [(0, SPLIT)] + [(t, t + 1) for t in range(SPLIT, len(tokens))]:
-        out, f, cache = forward(params, cache, jnp.asarray(tokens[None, lo:hi]), jnp.asarray([lo], jnp.int32),
-                                cfg=cfg, capture=capture)
-        logits.append(np.asarray(out[0]))
-        feats.append(None if f is None else np.asarray(f[:, 0]))
-    return np.concatenate(logits), (np.concatenate(feats, axis=1) if capture else None)
-
-
-def hf_logits(model, tokens: np.ndarray):
-    with torch.no_grad():
-        out = model(torch.tensor(tokens[None].astype(np.int64)), output_hidden_states=True)
-    return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]
-
-
 TOKENS = np.random.default_rng(0).integers(0, VOCAB, SEQ).astype(np.int32)
 
 
 def test_logits_and_features_match_transformers(case):
     _, model, path = case
-    ref, hidden = hf_logits(model, TOKENS)
-    ours, feats = ours_split(path, TOKENS, capture=(-1, 0, 2, 3))
-    assert np.abs(ref).max() > 1.0  # logits that can tell a wrong layer from a right one
-    assert np.abs(ours - ref).max() < LOGIT_TOL
-    for row, hf_index in enumerate((0, 1, 3, 4)):  # feature id L = HF hidden_states[L + 1]; the last after the norm
-        np.testing.assert_allclose(feats[row], hidden[hf_index], atol=1e-4)
+    assert_parity(model, path, TOKENS, SPLIT, (-1, 0, 2, 3), LOGIT_TOL)
 
 
 def test_greedy_tokens_match_transformers(case):
     _, model, path = case
-    target = load_target(path, tokenizer=ByteTokenizer())
-    ids = target.encode(PROMPT, raw=True)
-    with torch.no_grad():
-        ref = model.generate(torch.tensor(ids[None].astype(np.int64)), max_new_tokens=32, do_sample=False,
-                             pad_token_id=0)[0, len(ids):].tolist()
-    assert generate(target, PROMPT, max_new_tokens=32, raw=True).token_ids == ref
+    assert_greedy_matches(model, path, ByteTokenizer(), PROMPT, 32)
 
 
 def test_window_and_sinks_change_the_logits(tmp_path):
@@ -211,7 +182,7 @@ def test_mxfp4_checkpoint_matches_transformers_dequantized(tmp_path):
     conf["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
     (tmp_path / "config.json").write_text(json.dumps(conf))
     ref, _ = hf_logits(model, TOKENS)
-    ours, _ = ours_split(tmp_path, TOKENS)
+    ours, _ = ours_split(tmp_path, TOKENS, SPLIT)
     assert np.abs(ref).max() > 1.0 and np.abs(ours - ref).max() < LOGIT_TOL
 
 

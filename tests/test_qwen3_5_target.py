@@ -29,6 +29,7 @@ from tests.test_sampling import ByteTokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from tests.reference import assert_greedy_matches, assert_parity, hf_qwen3_5  # noqa: E402 (needs torch)
 
 VOCAB, SEQ, SPLIT = 128, 20, 13
 LOGIT_TOL = 2e-4
@@ -47,26 +48,7 @@ PROMPT = "one two three one two three one two"
 def hf_model(kind: str, seed: int = 0, **text):
     """A tiny random transformers Qwen3.5 model of `kind` with every weight non-trivial (A_log, dt_bias, norms);
     `text` overrides the text-only decoder's config."""
-    if kind == "text":
-        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TEXT | text))
-    elif kind == "multimodal":
-        model = transformers.Qwen3_5ForConditionalGeneration(
-            transformers.Qwen3_5Config(text_config=TEXT, vision_config=VISION))
-    elif kind == "moe":
-        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(**MOE_TEXT))
-    else:
-        model = transformers.Qwen3_5MoeForConditionalGeneration(
-            transformers.Qwen3_5MoeConfig(text_config=MOE_TEXT, vision_config=VISION))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.01, 16, generator=g).log())
-            elif name.endswith("dt_bias") or "norm" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
-    return model.eval()
+    return hf_qwen3_5(kind, TEXT | text, MOE_TEXT, VISION, seed)
 
 
 @pytest.fixture(scope="module", params=[*KINDS[:3], pytest.param(KINDS[3], marks=SLOW)])  # moe-multimodal: both repeats
@@ -78,50 +60,22 @@ def case(request, tmp_path_factory):
     return request.param, model, path
 
 
-def hf_logits(model, tokens: np.ndarray):
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor(tokens[None].astype(np.int64)), output_hidden_states=True)
-    return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]
-
-
-def ours_split(path, tokens: np.ndarray, capture=()):
-    """Our logits [T, V] (and features) from a prefill of tokens[:SPLIT] then one token at a time."""
-    cfg, params, _ = load_weights(path, "float32")
-    cache = init_cache(cfg, 1, 64)
-    logits, feats = [], []
-    for lo, hi in [(0, SPLIT)] + [(t, t + 1) for t in range(SPLIT, len(tokens))]:
-        out, f, cache = forward(params, cache, jnp.asarray(tokens[None, lo:hi]), jnp.asarray([lo], jnp.int32),
-                                cfg=cfg, capture=capture)
-        logits.append(np.asarray(out[0]))
-        feats.append(None if f is None else np.asarray(f[:, 0]))
-    return np.concatenate(logits), (np.concatenate(feats, axis=1) if capture else None)
-
-
 TOKENS = np.random.default_rng(0).integers(0, VOCAB, SEQ).astype(np.int32)
 
 
 def test_logits_and_features_match_transformers(case):
     kind, model, path = case
-    ref, hidden = hf_logits(model, TOKENS)
-    ours, feats = ours_split(path, TOKENS, capture=(-1, 0, 1, 3))
-    assert np.abs(ref).max() > 1.0  # logits that can tell a wrong layer from a right one
-    assert np.abs(ours - ref).max() < LOGIT_TOL
+    hidden = None
     if kind.endswith("multimodal"):  # the wrapper's hidden_states are the language model's
         with torch.no_grad():
             hidden = [h[0].numpy() for h in model.model.language_model(
                 input_ids=torch.tensor(TOKENS[None].astype(np.int64)), output_hidden_states=True).hidden_states]
-    for row, hf_index in enumerate((0, 1, 2, 4)):  # feature id L = HF hidden_states[L + 1]; the last after the norm
-        np.testing.assert_allclose(feats[row], hidden[hf_index], atol=1e-4)
+    assert_parity(model, path, TOKENS, SPLIT, (-1, 0, 1, 3), LOGIT_TOL, hidden)
 
 
 def test_greedy_tokens_match_transformers(case):
     _, model, path = case
-    target = load_target(path, tokenizer=ByteTokenizer())
-    ids = target.encode(PROMPT, raw=True)
-    with torch.no_grad():
-        ref = model.generate(torch.tensor(ids[None].astype(np.int64)), max_new_tokens=48, do_sample=False,
-                             pad_token_id=0)[0, len(ids):].tolist()
-    assert generate(target, PROMPT, max_new_tokens=48, raw=True).token_ids == ref
+    assert_greedy_matches(model, path, ByteTokenizer(), PROMPT, 48)
 
 
 def test_the_vision_tower_is_skipped_and_logged(tmp_path, caplog):
