@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from engine import CheckpointError, MeshError
-from engine.weights import TARGET_DTYPES
 
 from . import state, ui
 
@@ -17,7 +16,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--port", type=int, default=7860)
     ap.add_argument("--db", default=None, help="history file (default ./draftscope.duckdb)")
     ap.add_argument("--target", default=None, help="HF directory or .gguf (default: embedded SmolLM2-135M)")
-    ap.add_argument("--dtype", default="float32", choices=TARGET_DTYPES)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--mesh", default=None, metavar="DxM",
                     help="shard target and drafters over a data x model device mesh, e.g. 1x8 (default: one device)")
     ap.add_argument("--drafter-dir", default=None, help="a drafter checkpoint directory, or a folder of them")

@@ -3,7 +3,8 @@
 The prompt's last token is the first anchor: prefill covers prompt[:-1], so every generated token
 comes out of a verify step (with `ar`, a block of just the anchor). The target cache holds every
 committed token except the anchor; after a step it grows by accepted + 1 and the bonus becomes the
-next anchor. Shapes are static per (batch size, K, cache bucket): blocks are K + 1 tokens (`ar`: the anchor alone).
+next anchor. Shapes are static per (batch size, K, cache bucket): blocks are padded to max(K, 1) + 1 tokens (`ar`
+verifies the anchor and one dummy slot: on XLA:CPU a one-row step copies every cache buffer, docs/performance.md).
 A batch shares one target cache [B, ...] with a position per sequence, and one drafter state whose caches are
 batched the same way: every step drafts all sequences in one drafter call and verifies all blocks in one target
 pass. In a batch, a step's draft_ms and verify_ms are those shared calls' times. As sequences finish, the batch
@@ -176,7 +177,7 @@ def decode_batch(target: Target, prompts: list[str], drafter: Drafter | None = N
     for prompt, p_ids in zip(prompts, ids, strict=True):
         _validate(target, prompt, p_ids, max_new_tokens, temperature, top_p)
     compiles0, t_start = jit_stats.compile_count(), time.perf_counter()
-    batch, k_block = len(ids), drafter.k
+    batch, k_block = len(ids), max(drafter.k, 1)
     max_len = cache_len_for(max(len(i) for i in ids), max_new_tokens, k_block + 1)
     if cache_len is not None:
         if cache_len < max_len:
@@ -351,7 +352,7 @@ def warm_up(target: Target, prompts: list[str], drafter: Drafter | None = None, 
     compiles0, t0 = jit_stats.compile_count(), time.perf_counter()
     drafter = drafter or ArDrafter()
     longest = max(len(target.encode(p, kw.get("raw", False), kw.get("template"))) for p in prompts)
-    block = drafter.k + 1
+    block = max(drafter.k, 1) + 1
     rows = kw.pop("cache_len", None) or cache_len_for(longest, kw.get("max_new_tokens", MAX_NEW_TOKENS), block)
     steps = decode_batch(target, [WARM_UP_PROMPT] * len(prompts), drafter, cache_len=rows,
                          narrow_every_step=target.mesh is None, **kw)

@@ -23,7 +23,6 @@ from .drafters import DrafterError, load_drafter
 from .sharding import MeshError, start_distributed
 from .target import load_target
 from .tokenizer import default_template, parse_template
-from .weights import TARGET_DTYPES
 
 
 def read_prompts(args) -> list[dict]:
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", default=None)
-    ap.add_argument("--dtype", default="float32", choices=TARGET_DTYPES)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--mesh", default=None, metavar="DxM", help="shard over a data x model device mesh, e.g. 1x8")
     ap.add_argument("--distributed", nargs="?", const="auto", default=None, metavar="HOST:PORT,N,ID",

@@ -1,6 +1,6 @@
 """Layer functions every model family and drafter shares: norms, projections, RoPE, attention, the FFN kinds
 (dense SwiGLU, clamped SwiGLU, routed experts), the LM head and the cache write. Pure functions over arrays; the
-leaf of the engine (it imports only the config and the int8 matmul)."""
+leaf of the engine (it imports only the config)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from .config import ModelConfig
-from .quant import Int8Weight, int8_linear
 
 
 def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
@@ -18,10 +17,8 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def linear(x: jax.Array, w: jax.Array | Int8Weight) -> jax.Array:
-    """x [..., in] @ w [in, out] in the weight dtype, accumulated in float32 (int8 weights: engine.quant)."""
-    if isinstance(w, Int8Weight):
-        return int8_linear(x, w)
+def linear(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [..., in] @ w [in, out] in the weight dtype, accumulated in float32."""
     return jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
@@ -67,8 +64,6 @@ def attention(q: jax.Array, k: jax.Array | tuple, v: jax.Array | tuple, mask: ja
 
 def lm_head(params: dict, h: jax.Array) -> jax.Array:
     """Final-normed hidden [..., H] -> logits [..., V] (tied embeddings when there is no lm_head)."""
-    if "lm_head_int8" in params:
-        return linear(h, params["lm_head_int8"])
     if "lm_head" in params:
         return linear(h, params["lm_head"])
     w = params["embed"]  # tied: contract against [V, H] directly, never materialize the transpose

@@ -34,15 +34,8 @@ class Target:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weights one forward streams (the tied embedding counted once, as the LM head; with int8 weights
-        the int8 head, not the float embedding and head kept for lookups and drafters)."""
-        float_head = ("embed", "lm_head") if "lm_head_int8" in self.params else ()
-        return sum(x.nbytes for k, v in self.params.items() if k not in float_head for x in jax.tree.leaves(v))
-
-    @property
-    def float_dtype(self) -> str:
-        """The float dtype of activations, caches and drafters: the weights' own, float32 for int8 weights."""
-        return "float32" if self.dtype == "int8" else self.dtype
+        """Bytes of weights one forward streams (the tied embedding counted once, as the LM head)."""
+        return sum(x.nbytes for x in jax.tree.leaves(self.params))
 
     def encode(self, prompt: str, raw: bool = False, template: dict | None = None) -> np.ndarray:
         """Prompt ids: chat-formatted with the template's switches unless raw (engine.tokenizer.encode_prompt)."""
@@ -107,8 +100,6 @@ def load_target(path: str | Path | None = None, dtype: str = "float32",
     `mesh`: shard the weights over a device mesh (see engine.sharding).
     """
     mesh = resolve_mesh(mesh)  # a bad mesh fails before the weights load
-    if mesh is not None and dtype == "int8":
-        raise CheckpointError("int8 weights run on one device: load float32 or bfloat16 weights to shard over a mesh")
     # with a mesh, weights load into host memory and each device then receives only its shard
     with jax.default_device(jax.local_devices(backend="cpu")[0]) if mesh is not None else contextlib.nullcontext():
         cfg, params, resolved = load_weights(path, dtype)

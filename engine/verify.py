@@ -41,8 +41,6 @@ def accept_sampling(probs: jax.Array, q_probs: jax.Array, drafted: jax.Array, n_
                     key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """probs [K+1, V] target, q_probs [K, V] proposal, drafted [K] -> (number accepted, bonus token)."""
     k = drafted.shape[0]
-    if k == 0:  # nothing drafted (`ar`): the token is drawn from p
-        return jnp.int32(0), jax.random.categorical(jax.random.split(key)[1], jnp.log(probs[0])).astype(jnp.int32)
     rows = jnp.arange(k)
     p_d, q_d = probs[rows, drafted], q_probs[rows, drafted]
     key_u, key_b = jax.random.split(key)

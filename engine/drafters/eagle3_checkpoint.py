@@ -95,10 +95,10 @@ def init_eagle3(target: Target, draft_vocab_size: int | None = None, token_count
     body = decoder_shape(t, "llama", num_layers=1, intermediate_size=intermediate_size or t.intermediate_size)
     cfg = Eagle3Config(body, vd, layers)
     h, rng = t.hidden_size, np.random.default_rng(seed)
-    layer = random_layers(rng, layer_shapes(body, 2 * h), 1, target.float_dtype)[0]
+    layer = random_layers(rng, layer_shapes(body, 2 * h), 1, target.dtype)[0]
     layer["hidden_norm"] = jnp.ones(h, jnp.float32)
-    params = {"fc": random_matrix(rng, (len(layers) * h, h), target.float_dtype), "norm": jnp.ones(h, jnp.float32),
-              "lm_head": random_matrix(rng, (h, vd), target.float_dtype), "layer": layer}
+    params = {"fc": random_matrix(rng, (len(layers) * h, h), target.dtype), "norm": jnp.ones(h, jnp.float32),
+              "lm_head": random_matrix(rng, (h, vd), target.dtype), "layer": layer}
     vocab = most_frequent(token_counts, vd, t.vocab_size)
     check_fit(cfg, params, vocab, t)
     return cfg, params, vocab.d2t()

@@ -59,7 +59,6 @@ from engine import (
 )
 from engine import load_target as _load_target
 from engine.tokenizer import default_template, parse_template
-from engine.weights import TARGET_DTYPES
 from storage import DEFAULT_PATH, HistoryError, drafter_label, open_history
 
 from ..suites import SuiteError, load_suite, suite_label
@@ -222,7 +221,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "template has it)")
     ap.add_argument("--db", default=DEFAULT_PATH)
     ap.add_argument("--target", default=None)
-    ap.add_argument("--dtype", default="float32", choices=TARGET_DTYPES)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--peers", action="store_true", help="also time transformers' generate and prompt lookup")
     ap.add_argument("--torch-threads", type=int, default=None, help="torch threads for --peers (default: torch's)")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes: groups of prompts verified together")

@@ -1,7 +1,7 @@
 """The K-Flat command: verify (and draft) latency over K x context, labelled with the hardware, into the history.
 
     python -m experiments.bench.kflat [--ks 1,2,4,...,128] [--context 128,512,1024] [--drafter NAME] [--db PATH]
-        [--label TEXT] [--repeats 5] [--target PATH] [--dtype float32|bfloat16|int8] [--cache-rows N] [--json]
+        [--label TEXT] [--repeats 5] [--target PATH] [--dtype float32|bfloat16] [--cache-rows N] [--json]
         [--no-store]
     python -m experiments.bench.kflat --target config.json --random-weights ...   # shapes only: random weights
     python -m experiments.bench.kflat --import rows.jsonl --label "gpu: NVIDIA H200" [--backend gpu] [--model M]
@@ -26,7 +26,7 @@ from engine import CheckpointError, GenerationError, Target, load_target
 from engine.config import config_from_hf, read_json
 from engine.hardware import hardware_label
 from engine.kflat import measure_kflat
-from engine.weights import TARGET_DTYPES, random_params
+from engine.weights import random_params
 from storage import DEFAULT_PATH, HistoryError, open_history
 
 from ..suites import SuiteError, read_jsonl
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None, target=None) -> int:
     ap.add_argument("--label", default=None, help="hardware label (default: measured from this machine)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--target", default=None)
-    ap.add_argument("--dtype", default=None, choices=TARGET_DTYPES, help="default float32")
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default float32")
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory overriding the checkpoint's")
     ap.add_argument("--random-weights", action="store_true",
                     help="--target is a config.json: time random weights of its shapes (latency depends on shapes)")

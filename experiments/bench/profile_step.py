@@ -1,19 +1,18 @@
 """Where a verify step's time goes: a jax.profiler trace of the target's step (forward + acceptance + top-5, as
-decode runs it) at T = K + 1 tokens, each XLA op's time summed by the source function it came from.
+decode runs it) at T = K + 1 tokens, each XLA op's time summed by what it computes.
 
     python -m experiments.bench.profile_step [--ks 0,15] [--context 256] [--steps 20] [--dtype float32]
         [--target PATH] [--json]
 
 K = 0 is `ar`'s plain decode step (T = 1). Per K it prints the step's median wall time, the time inside XLA ops
-(summed over the threads that ran them), and that op time by source (engine/ops.py's linear, attention, rms_norm,
-rope, lm_head, ...; engine/verify.py's acceptance; `top_k`, copies and the rest by HLO op kind). Wall minus op time
-is dispatch and the host: argument handling, launching the program, waiting for it.
+(summed over the threads that ran them), and that op time by HLO op kind and the JAX primitive behind it (a
+fusion is named by its root: `fusion: dot_general` is a matmul with what XLA fused into it). Wall minus op time is
+dispatch and the host: argument handling, launching the program, waiting for it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import glob
 import json
 import re
@@ -21,7 +20,6 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import jax
 from jax.profiler import ProfileData
@@ -33,30 +31,15 @@ _INSTR = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = [^=]*?\b([a-z][\w\-]*)\(.*?me
 _META = re.compile(r'(\w+)="?([^"\s]*)"?')
 
 
-def _functions(path: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, name) of every function in a source file."""
-    tree = ast.parse(Path(path).read_text())
-    return [(n.lineno, n.end_lineno, n.name) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
-
-
 def op_sources(hlo_text: str) -> dict[str, str]:
-    """HLO instruction name -> "module.function" of the Python line that emitted it (innermost function), or its
-    HLO op kind where the metadata names no file of ours."""
-    files: dict[str, list] = {}
+    """HLO instruction name -> what it computes: the JAX primitive its metadata names (a fusion: its root's, e.g.
+    dot_general, dynamic_update_slice), after the HLO op kind (fusion, copy, dot, ...)."""
     out = {}
     for line in hlo_text.splitlines():
         m = _INSTR.match(line)
-        if not m:
-            continue
-        name, kind, meta = m.group(1), m.group(2), dict(_META.findall(m.group(3)))
-        src, lineno = meta.get("source_file", ""), int(meta.get("source_line", 0) or 0)
-        label = kind
-        if "/engine/" in src and Path(src).is_file():
-            funcs = files.setdefault(src, _functions(src))
-            inside = [f for f in funcs if f[0] <= lineno <= f[1]]
-            if inside:
-                label = f"{Path(src).stem}.{min(inside, key=lambda f: f[1] - f[0])[2]}"
-        out[name] = label
+        if m:
+            op_name = dict(_META.findall(m.group(3))).get("op_name", "")
+            out[m.group(1)] = f"{m.group(2)}: {op_name.rsplit('/', 1)[-1]}" if op_name else m.group(2)
     return out
 
 
@@ -93,7 +76,7 @@ def text_table(rows: list[dict], top: int = 12) -> str:
         lines.append(f"K={r['k']} (T={r['tokens']}, context {r['context']}): wall {r['wall_ms']:.1f} ms/step, "
                      f"XLA ops {r['op_ms']:.1f} ms (summed over threads)")
         for label, ms in list(r["ops"].items())[:top]:
-            lines.append(f"  {label:<28} {ms:8.2f} ms  {100 * ms / r['op_ms']:5.1f} %")
+            lines.append(f"  {label:<40} {ms:8.2f} ms  {100 * ms / r['op_ms']:5.1f} %")
     return "\n".join(lines)
 
 
